@@ -1,0 +1,37 @@
+# Set-up and checks. `make demo` and `make test` work on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.dl2-installed
+
+.PHONY: install demo test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# torch is pinned first: an open range would pull a multi-GB CUDA build.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/dl2 run --json dl2-demo.json -n 2 examples/sendsend.py; \
+	  rc=$$?; echo "dl2 exited with status $$rc (3 = deadlock detected)"; test $$rc -eq 3
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
+
+test: $(STAMP) lint
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
+
+bench: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks
+
+clean:
+	rm -rf $(VENV) dl2-runs .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,144 @@
+"""The Report: the verdict and findings handed to every renderer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from enum import Enum
+
+
+class Verdict(str, Enum):
+    """The one-word outcome of a run, with the ``dl2 run`` exit status it maps to."""
+
+    OK = "ok"  #: the job completed and no communication defect was found
+    DEADLOCK = "deadlock"  #: ranks wait on each other (or on exited ranks) forever
+    DEFECT = "defect"  #: a communication defect that did not (or not yet) hang the job
+    JOB_FAILED = "job-failed"  #: the job failed for a reason other than communication
+
+    @property
+    def exit_code(self) -> int:
+        return {"ok": 0, "job-failed": 1, "deadlock": 3, "defect": 4}[self.value]
+
+
+class FindingKind(str, Enum):
+    """What a finding says; each member documents when it is reported."""
+
+    #: a closed set of blocked ranks, each waiting only on members or on exited ranks
+    DEADLOCK = "deadlock"
+    #: a blocked rank waits on a rank that has exited: it can never be released
+    ORPHANED_WAIT = "orphaned-wait"
+    #: the i-th collective of a group differs between members (op, root, reduce op,
+    #: dtype or element count)
+    COLLECTIVE_MISMATCH = "collective-mismatch"
+    #: a member never issued the i-th collective of a group that others issued
+    COLLECTIVE_MISSING = "collective-missing"
+    #: a send or receive that no operation on the peer matches
+    P2P_UNMATCHED = "p2p-unmatched"
+    #: new_group called with different arguments, or by only some ranks
+    GROUP_MISMATCH = "group-mismatch"
+    #: a collective called on a group the rank is not a member of (torch skips it)
+    NONMEMBER_CALL = "nonmember-call"
+    #: a rank others wait on is itself outside communication (compute, I/O, a lock)
+    HANG_SUSPECT = "hang-suspect"
+
+
+@dataclass(frozen=True)
+class OpRef:
+    """One operation of one rank, as shown in a finding.
+
+    Attributes:
+        rank: global rank that issued it.
+        op: operation name ("send", "all_reduce", ...); ``api`` the user-level call.
+        group: process group name; ``seq`` its index on that group (see trace format).
+        peer: global peer rank of a P2P op (None for a wildcard recv), or the root.
+        detail: short signature, e.g. "float32[1024] sum".
+        file, line, function: the user's source location.
+    """
+
+    rank: int
+    op: str
+    group: str
+    seq: int | None = None
+    peer: int | None = None
+    api: str | None = None
+    detail: str = ""
+    file: str | None = None
+    line: int | None = None
+    function: str | None = None
+
+    @property
+    def location(self) -> str:
+        if self.file is None:
+            return "?"
+        return f"{_short_path(self.file)}:{self.line}"
+
+
+def _short_path(path: str) -> str:
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) if len(parts) > 2 else path
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One diagnosed problem.
+
+    Attributes:
+        kind: what it is.
+        ranks: the ranks involved, sorted.
+        ops: the operations involved (for a deadlock, the cycle in order).
+        message: one sentence a person can read.
+        hint: a one-line fix hint.
+        cycle: for a deadlock, the ranks of its shortest wait cycle in order.
+        group: the process group concerned, if one.
+    """
+
+    kind: FindingKind
+    ranks: tuple[int, ...]
+    ops: tuple[OpRef, ...]
+    message: str
+    hint: str = ""
+    cycle: tuple[int, ...] = ()
+    group: str | None = None
+
+
+@dataclass(frozen=True)
+class RankState:
+    """Where a rank stands at the end of the trace.
+
+    Attributes:
+        rank: global rank.
+        status: "blocked", "running", "exited", "failed" or "no-trace".
+        op: the operation it is blocked in, if blocked.
+        waits_on: ranks it waits on; ``any_of`` True for a wildcard (OR) wait.
+    """
+
+    rank: int
+    status: str
+    op: OpRef | None = None
+    waits_on: tuple[int, ...] = ()
+    any_of: bool = False
+
+
+@dataclass(frozen=True)
+class Report:
+    """The result of analysing a session: what renderers show, never recompute.
+
+    Attributes:
+        verdict: the outcome.
+        findings: problems, most important first.
+        ranks: each rank's final state, by rank.
+        world_size: ranks in the job.
+        warnings: trace problems met on the way (truncated records, missing ranks).
+        job: facts about the run from the launcher (command, exit status), no times.
+    """
+
+    verdict: Verdict
+    findings: tuple[Finding, ...]
+    ranks: tuple[RankState, ...]
+    world_size: int
+    warnings: tuple[str, ...] = ()
+    job: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return self.verdict.exit_code

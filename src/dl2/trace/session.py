@@ -1,0 +1,144 @@
+"""A Session: every rank's trace of one run, plus what the launcher saw of each process."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+from dl2.errors import NoDataError
+from dl2.errors import TraceFormatError
+from dl2.trace.format import TRACE_SUFFIX
+from dl2.trace.format import RankTrace
+from dl2.trace.format import read_trace_file
+
+RUN_META = "run.json"
+
+# Process states a launcher or monitor can attest for a rank.
+ALIVE = "alive"  # still running when the trace was read (or killed by dl2 after a verdict)
+EXITED = "exited"  # ended on its own, exit status 0
+FAILED = "failed"  # ended on its own with a non-zero status or a signal
+UNKNOWN = "unknown"  # no launcher information (post-mortem on a bare directory)
+
+
+@dataclass(frozen=True)
+class Session:
+    """Every rank's trace of one run.
+
+    Attributes:
+        traces: rank -> its trace.
+        process_states: rank -> ALIVE | EXITED | FAILED | UNKNOWN, as seen by the launcher
+            or the live monitor; ranks absent here are UNKNOWN.
+        warnings: problems met while loading (truncated records, duplicate ranks).
+        run_dir: the directory it was read from, if any.
+    """
+
+    traces: Mapping[int, RankTrace]
+    process_states: Mapping[int, str] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    run_dir: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        sizes = [t.header["world_size"] for t in self.traces.values()]
+        return max(sizes) if sizes else 0
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.traces)
+
+    def missing_ranks(self) -> list[int]:
+        """Ranks of the world that left no trace file."""
+        return [r for r in range(self.world_size) if r not in self.traces]
+
+    def process_state(self, rank: int) -> str:
+        """What is known of the rank's process; a clean ``end`` record means EXITED."""
+        state = self.process_states.get(rank, UNKNOWN)
+        if state in (UNKNOWN, ALIVE) and rank in self.traces:
+            records = self.traces[rank].records
+            if records and records[-1].get("k") == "end" and records[-1].get("how") == "exit":
+                return EXITED if state == UNKNOWN else state
+        return state
+
+
+def discover_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
+    """The per-rank trace files of a run directory, sorted by name (and so by rank)."""
+    path = Path(run_dir)
+    if not path.exists():
+        raise NoDataError(f"{path}: no such run directory")
+    if not path.is_dir():
+        raise NoDataError(f"{path}: not a directory (give the run directory, not a file)")
+    return sorted(p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIX))
+
+
+def read_run_meta(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The launcher's ``run.json`` of a run directory, or {} if it has none."""
+    meta_path = Path(run_dir) / RUN_META
+    if not meta_path.exists():
+        return {}
+    try:
+        data = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as err:
+        raise TraceFormatError(f"{meta_path}: unreadable run metadata: {err}") from None
+    return data if isinstance(data, dict) else {}
+
+
+def build_session(
+    traces: list[RankTrace],
+    process_states: Mapping[int, str] | None = None,
+    run_dir: str | None = None,
+    warnings: list[str] | None = None,
+) -> Session:
+    """Assemble a session from traces; the newest file wins when a rank has several."""
+    notes = list(warnings or [])
+    by_rank: dict[int, RankTrace] = {}
+    for trace in traces:
+        previous = by_rank.get(trace.rank)
+        if previous is not None:
+            notes.append(
+                f"rank {trace.rank} has several trace files; using "
+                f"{os.path.basename(trace.path)}, the one opened last"
+            )
+            if previous.header.get("wall", 0) > trace.header.get("wall", 0):
+                continue
+        by_rank[trace.rank] = trace
+    for rank, trace in sorted(by_rank.items()):
+        if trace.truncated:
+            notes.append(f"rank {rank}: {trace.truncated}; the rank probably died while writing it")
+    return Session(
+        traces=dict(sorted(by_rank.items())),
+        process_states=dict(process_states or {}),
+        warnings=tuple(notes),
+        run_dir=run_dir,
+    )
+
+
+def load_session(run_dir: str | os.PathLike[str]) -> Session:
+    """Load a run directory written by ``dl2 run`` (or any directory of trace files).
+
+    Unreadable rank files are skipped with a warning, as long as one rank is readable.
+
+    Raises:
+        NoDataError: no directory, or no readable trace file in it.
+    """
+    files = discover_trace_files(run_dir)
+    if not files:
+        raise NoDataError(f"{run_dir}: no dl2 trace files (*{TRACE_SUFFIX}) in this directory")
+    traces: list[RankTrace] = []
+    warnings: list[str] = []
+    errors: list[str] = []
+    for file in files:
+        try:
+            traces.append(read_trace_file(file))
+        except TraceFormatError as err:
+            errors.append(str(err))
+    if not traces:
+        raise errors and TraceFormatError(errors[0]) or NoDataError(f"{run_dir}: no readable trace")
+    warnings.extend(f"skipped {e}" for e in errors)
+    meta = read_run_meta(run_dir)
+    states = {int(r): str(s.get("state", UNKNOWN)) for r, s in meta.get("ranks", {}).items()}
+    return build_session(traces, states, run_dir=str(run_dir), warnings=warnings)

@@ -1,0 +1,146 @@
+"""Analyses: pure functions from a Session to findings, bundled into a Report.
+
+``analyze(session)`` builds the execution graph and the wait-for graph once, runs every
+analysis of ``ANALYSES`` over them and decides the verdict.  Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dl2.analysis.deadlock import deadlock_findings
+from dl2.analysis.deadlock import hang_suspect_findings
+from dl2.analysis.describe import op_ref
+from dl2.analysis.matching import collective_findings
+from dl2.analysis.matching import group_findings
+from dl2.analysis.matching import nonmember_findings
+from dl2.analysis.matching import p2p_findings
+from dl2.analysis.report import Finding
+from dl2.analysis.report import FindingKind
+from dl2.analysis.report import RankState
+from dl2.analysis.report import Report
+from dl2.analysis.report import Verdict
+from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.execution_graph import build_execution_graph
+from dl2.model.wait_for import BLOCKED
+from dl2.model.wait_for import EXITED_STATUS
+from dl2.model.wait_for import FAILED_STATUS
+from dl2.model.wait_for import WaitForGraph
+from dl2.model.wait_for import build_wait_for_graph
+from dl2.trace.session import Session
+
+__all__ = ["ANALYSES", "Context", "analyze"]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every analysis reads: the session and the graphs built from it once."""
+
+    session: Session
+    graph: ExecutionGraph
+    wait_for: WaitForGraph
+    job_ended: bool
+    quiet: Mapping[int, float]
+    suspect_after: float
+
+
+#: name -> analysis; each takes the shared context and returns its findings.
+ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
+    "deadlock": lambda c: deadlock_findings(c.graph, c.wait_for),
+    "collectives": lambda c: collective_findings(c.graph, c.wait_for, c.job_ended),
+    "groups": lambda c: group_findings(c.graph),
+    "nonmember": lambda c: nonmember_findings(c.graph),
+    "p2p": lambda c: p2p_findings(c.graph, c.job_ended),
+    "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
+}
+
+_DEFECT_KINDS = {
+    FindingKind.COLLECTIVE_MISMATCH,
+    FindingKind.COLLECTIVE_MISSING,
+    FindingKind.P2P_UNMATCHED,
+    FindingKind.GROUP_MISMATCH,
+    FindingKind.NONMEMBER_CALL,
+}
+
+
+def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Verdict:
+    kinds = {f.kind for f in findings}
+    if FindingKind.DEADLOCK in kinds:
+        return Verdict.DEADLOCK
+    orphaned_on_clean_exit = any(
+        wfg.status(t) == EXITED_STATUS for r in wfg.deadlocked for t in wfg.waits_on_exited(r)
+    )
+    if orphaned_on_clean_exit:
+        return Verdict.DEADLOCK
+    if kinds & {
+        FindingKind.COLLECTIVE_MISMATCH,
+        FindingKind.GROUP_MISMATCH,
+        FindingKind.NONMEMBER_CALL,
+    }:
+        return Verdict.DEFECT
+    if any_failed:
+        return Verdict.JOB_FAILED
+    if wfg.deadlocked:
+        return Verdict.DEADLOCK
+    if kinds & _DEFECT_KINDS:
+        return Verdict.DEFECT
+    return Verdict.OK
+
+
+def _rank_states(wfg: WaitForGraph) -> tuple[RankState, ...]:
+    states = []
+    for rank, node in sorted(wfg.nodes.items()):
+        if node.status == BLOCKED and node.clauses:
+            op = node.clauses[0].op
+            states.append(
+                RankState(
+                    rank=rank,
+                    status=node.status,
+                    op=op_ref(op),
+                    waits_on=node.targets,
+                    any_of=all(c.any_of for c in node.clauses),
+                )
+            )
+        else:
+            states.append(RankState(rank=rank, status=node.status))
+    return tuple(states)
+
+
+def analyze(
+    session: Session,
+    *,
+    quiet: Mapping[int, float] | None = None,
+    suspect_after: float = 60.0,
+    job: Mapping[str, object] | None = None,
+) -> Report:
+    """Analyse a session: match ops, find deadlocks and defects, decide the verdict.
+
+    Args:
+        session: the loaded traces and process states.
+        quiet: seconds since each rank last made progress (from a live monitor); ranks
+            others wait on that are quiet for ``suspect_after`` seconds become hang suspects.
+        job: facts about the run to carry into the report (command, exit status).
+    """
+    graph = build_execution_graph(session)
+    wfg = build_wait_for_graph(session, graph)
+    statuses = [wfg.status(r) for r in range(session.world_size)]
+    job_ended = bool(statuses) and all(s in (EXITED_STATUS, FAILED_STATUS) for s in statuses)
+    context = Context(session, graph, wfg, job_ended, quiet or {}, suspect_after)
+    findings: list[Finding] = []
+    for analysis in ANALYSES.values():
+        findings.extend(analysis(context))
+    any_failed = FAILED_STATUS in statuses
+    warnings = list(session.warnings)
+    missing = session.missing_ranks()
+    if missing:
+        warnings.append(f"no trace from rank(s) {', '.join(map(str, missing))}")
+    return Report(
+        verdict=_verdict(wfg, findings, any_failed),
+        findings=tuple(findings),
+        ranks=_rank_states(wfg),
+        world_size=session.world_size,
+        warnings=tuple(warnings),
+        job=dict(job or {}),
+    )

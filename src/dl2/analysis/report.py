@@ -70,6 +70,8 @@ class OpRef:
     def location(self) -> str:
         if self.file is None:
             return "?"
+        if self.line is None:
+            return _short_path(self.file)
         return f"{_short_path(self.file)}:{self.line}"
 
 

@@ -137,7 +137,9 @@ def parse_header(line: bytes, path: str) -> dict[str, Any]:
     return header
 
 
-def parse_records(data: bytes, path: str, first_lineno: int = 1) -> tuple[list[dict[str, Any]], str | None, int]:
+def parse_records(
+    data: bytes, path: str, first_lineno: int = 1
+) -> tuple[list[dict[str, Any]], str | None, int]:
     """Parse complete record lines from ``data``.
 
     Returns the records, a truncation note for a partial last line (or None), and the
@@ -150,7 +152,9 @@ def parse_records(data: bytes, path: str, first_lineno: int = 1) -> tuple[list[d
     for index, (lineno, line, complete) in enumerate(lines):
         is_last = index == len(lines) - 1
         if not complete:
-            note = f"last record is truncated ({len(line)} bytes at line {lineno + first_lineno - 1})"
+            note = (
+                f"last record is truncated ({len(line)} bytes at line {lineno + first_lineno - 1})"
+            )
             return records, note, consumed
         try:
             record = json.loads(line)

@@ -137,7 +137,7 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
         except TraceFormatError as err:
             errors.append(str(err))
     if not traces:
-        raise errors and TraceFormatError(errors[0]) or NoDataError(f"{run_dir}: no readable trace")
+        raise TraceFormatError(errors[0])
     warnings.extend(f"skipped {e}" for e in errors)
     meta = read_run_meta(run_dir)
     states = {int(r): str(s.get("state", UNKNOWN)) for r, s in meta.get("ranks", {}).items()}

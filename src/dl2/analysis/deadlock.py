@@ -1,0 +1,213 @@
+"""Deadlock, orphaned-wait and hang-suspect findings from the wait-for graph."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dl2.analysis.describe import op_ref
+from dl2.analysis.describe import phrase
+from dl2.analysis.describe import rank_list
+from dl2.analysis.describe import where
+from dl2.analysis.report import Finding
+from dl2.analysis.report import FindingKind
+from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.ops import Op
+from dl2.model.wait_for import Clause
+from dl2.model.wait_for import RankNode
+from dl2.model.wait_for import WaitForGraph
+
+
+def _stuck_op(node: RankNode) -> Op:
+    return node.clauses[0].op
+
+
+def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -> str | None:
+    """Why an unmatched P2P op has no partner: wrong tag or wrong peer, if visible."""
+    op = clause.op
+    if op.kind != "p2p" or op.peer is None:
+        return None
+    peer_node = wfg.nodes.get(op.peer)
+    if peer_node is None or not peer_node.clauses:
+        return None
+    other = _stuck_op(peer_node)
+    want = "recv" if op.op == "send" else "send"
+    if other.op == want and other.gid == op.gid:
+        other_peer = other.peer
+        if other_peer == op.rank and other.tag != op.tag:
+            return (
+                f"tags differ: rank {op.rank} uses tag {op.tag or 0}, "
+                f"rank {other.rank} uses tag {other.tag or 0}"
+            )
+        if other_peer is not None and other_peer != op.rank:
+            return (
+                f"wrong peer: rank {op.rank} {op.op}s {'to' if op.op == 'send' else 'from'} "
+                f"rank {op.peer}, but rank {other.rank} {other.op}s "
+                f"{'to' if other.op == 'send' else 'from'} rank {other_peer}"
+            )
+    return None
+
+
+def _hint(ops: list[Op], notes: list[str]) -> str:
+    kinds = {o.op for o in ops}
+    if any(n.startswith("tags differ") for n in notes):
+        return "Use the same tag on both sides of each send/recv pair."
+    if any(n.startswith("wrong peer") for n in notes):
+        return (
+            "Fix the peer rank of the send or recv so that each send names its receiver "
+            "and each receive its sender."
+        )
+    if kinds == {"send"}:
+        return (
+            "Every rank in the cycle sends first and a gloo send waits for its receive (so does "
+            "NCCL above its eager buffer): let even ranks send first and odd ranks receive first, "
+            "or use isend/irecv or batch_isend_irecv."
+        )
+    if kinds == {"recv"}:
+        return (
+            "Every rank in the cycle receives first: make one side send first, or post the "
+            "receive with irecv before sending."
+        )
+    if "create_group" in kinds:
+        return (
+            "Call new_group on every rank (members and non-members alike), in the same order "
+            "and with the same ranks."
+        )
+    groups = {o.gid for o in ops if o.kind == "collective"}
+    if len(groups) > 1:
+        return (
+            f"Collectives on groups {', '.join(sorted(groups))} are issued in different orders on "
+            "different ranks: issue them in the same order on every rank."
+        )
+    if all(o.kind == "collective" for o in ops):
+        return (
+            "The ranks are in different collectives of the same group (see the first divergence): "
+            "make every member issue the same collectives in the same order; look for a "
+            "rank-dependent branch."
+        )
+    return (
+        "A rank waits in a point-to-point op while its peer waits in another operation: make "
+        "each send meet its receive before either side enters the next collective."
+    )
+
+
+def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
+    """The deadlock cycle (or the orphaned chain) and each orphaned wait."""
+    if not wfg.deadlocked:
+        return []
+    findings: list[Finding] = []
+    cycle = wfg.shortest_cycle()
+    members = sorted(wfg.deadlocked)
+    if cycle:
+        ops = [_stuck_op(wfg.nodes[r]) for r in cycle]
+        notes = [
+            n
+            for r in cycle
+            for c in wfg.nodes[r].clauses
+            if (n := _p2p_explanation(graph, wfg, c)) is not None
+        ]
+        parts = [f"rank {o.rank} is blocked in {phrase(o)} ({where(o)})" for o in ops]
+        head = (
+            f"{rank_list(cycle).capitalize()} wait on each other forever"
+            if len(cycle) > 1
+            else f"Rank {cycle[0]} waits on itself forever"
+        )
+        extra = [r for r in members if r not in cycle]
+        tail = f"; {rank_list(extra)} wait on this cycle too" if extra else ""
+        message = f"{head}: " + "; ".join(parts) + (f" ({notes[0]})" if notes else "") + tail + "."
+        findings.append(
+            Finding(
+                kind=FindingKind.DEADLOCK,
+                ranks=tuple(members),
+                ops=tuple(op_ref(o) for o in ops),
+                message=message,
+                hint=_hint(ops, notes),
+                cycle=cycle,
+                group=ops[0].gid if len({o.gid for o in ops}) == 1 else None,
+            )
+        )
+    for rank in members:
+        gone = wfg.waits_on_exited(rank)
+        if not gone:
+            continue
+        node = wfg.nodes[rank]
+        op = next(c.op for c in node.clauses if set(c.targets) & set(gone))
+        states = ", ".join(f"rank {g} {wfg.status(g)}" for g in gone)
+        message = (
+            f"Rank {rank} is blocked in {phrase(op)} ({where(op)}) waiting on "
+            f"{rank_list(gone)}, which will never take part: {states}."
+        )
+        hint = (
+            "A rank exited while others still needed it: every rank must issue the same "
+            "communication before exiting (same number of steps, no early return)."
+        )
+        if op.api is None and op.kind == "collective":
+            hint += (
+                " DDP issued this collective from backward: for uneven inputs use "
+                "`with model.join():`."
+            )
+        findings.append(
+            Finding(
+                kind=FindingKind.ORPHANED_WAIT,
+                ranks=tuple(sorted({rank, *gone})),
+                ops=(op_ref(op),),
+                message=message,
+                hint=hint,
+                group=op.gid,
+            )
+        )
+    if not cycle and not any(f.kind is FindingKind.ORPHANED_WAIT for f in findings):
+        ops = [_stuck_op(wfg.nodes[r]) for r in members]
+        findings.append(
+            Finding(
+                kind=FindingKind.DEADLOCK,
+                ranks=tuple(members),
+                ops=tuple(op_ref(o) for o in ops),
+                message=f"{rank_list(members).capitalize()} can never be released.",
+                hint=_hint(ops, []),
+            )
+        )
+    return findings
+
+
+def hang_suspect_findings(
+    graph: ExecutionGraph,
+    wfg: WaitForGraph,
+    quiet: Mapping[int, float],
+    suspect_after: float,
+) -> list[Finding]:
+    """Running ranks that blocked ranks wait on and that have been quiet for long."""
+    findings: list[Finding] = []
+    waited_on: dict[int, list[int]] = {}
+    for rank, node in wfg.nodes.items():
+        if rank in wfg.deadlocked:
+            continue
+        for target in node.targets:
+            waited_on.setdefault(target, []).append(rank)
+    for rank in sorted(waited_on):
+        if wfg.status(rank) != "running" or quiet.get(rank, 0.0) < suspect_after:
+            continue
+        timeline = graph.timelines.get(rank)
+        state = timeline.last_state if timeline else None
+        stack = state.get("stack") if state else None
+        location = ""
+        if isinstance(stack, list) and stack and isinstance(stack[0], list) and len(stack[0]) >= 2:
+            location = f" at {stack[0][0]}:{stack[0][1]}"
+        waiters = waited_on[rank]
+        findings.append(
+            Finding(
+                kind=FindingKind.HANG_SUSPECT,
+                ranks=(rank,),
+                ops=tuple(op_ref(wfg.nodes[w].clauses[0].op) for w in waiters),
+                message=(
+                    f"Rank {rank} has made no communication progress for "
+                    f"{quiet[rank]:.0f} s{location} while {rank_list(waiters)} wait on it; "
+                    "it is outside communication (compute, I/O or a lock), so this is not "
+                    "a deadlock yet."
+                ),
+                hint=(
+                    f"Look at what rank {rank} is doing (its stack above); it may be slow, "
+                    "not stuck."
+                ),
+            )
+        )
+    return findings

@@ -1,0 +1,54 @@
+"""Turning model ops into report references and short phrases."""
+
+from __future__ import annotations
+
+from dl2.analysis.report import OpRef
+from dl2.model.ops import Op
+
+
+def op_ref(op: Op) -> OpRef:
+    """The report's view of an op: who, what, where in the user's code."""
+    frame = op.frame
+    peer = op.peer if op.kind == "p2p" else op.root
+    if op.op == "recv" and op.peer is None:
+        peer = op.src
+    return OpRef(
+        rank=op.rank,
+        op=op.op,
+        group=op.gid,
+        seq=op.seq,
+        peer=peer,
+        api=op.api,
+        detail=op.signature,
+        file=frame.file if frame else None,
+        line=frame.line if frame else None,
+        function=frame.function if frame else None,
+    )
+
+
+def where(op: Op) -> str:
+    """``train.py:42`` or ``?`` (from C++, no Python frame)."""
+    return op_ref(op).location
+
+
+def phrase(op: Op) -> str:
+    """A short description: ``send to rank 1``, ``all_reduce #3 on group 0``."""
+    name = op.api if op.api and op.api not in ("isend", "irecv", "send", "recv") else op.op
+    if op.op == "send":
+        return f"{name} to rank {op.peer}" + (f" (tag {op.tag})" if op.tag else "")
+    if op.op == "recv":
+        source = "any rank" if op.peer is None else f"rank {op.peer}"
+        return f"{name} from {source}" + (f" (tag {op.tag})" if op.tag else "")
+    if op.op == "create_group":
+        return f"new_group(ranks={list(op.ranks or ())})"
+    seq = f" #{op.seq}" if op.seq is not None else ""
+    label = op.op if name == op.op else f"{name} ({op.op})"
+    return f"{label}{seq} on group {op.gid}"
+
+
+def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
+    """``rank 3`` / ``ranks 0 and 1`` / ``ranks 0, 1 and 2``."""
+    items = [str(r) for r in sorted(ranks)]
+    if len(items) == 1:
+        return f"rank {items[0]}"
+    return "ranks " + ", ".join(items[:-1]) + " and " + items[-1]

@@ -1,0 +1,211 @@
+"""Findings from matching: collective mismatches, missing and unmatched ops, group misuse."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from dl2.analysis.describe import op_ref
+from dl2.analysis.describe import phrase
+from dl2.analysis.describe import rank_list
+from dl2.analysis.describe import where
+from dl2.analysis.report import Finding
+from dl2.analysis.report import FindingKind
+from dl2.analysis.report import OpRef
+from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.execution_graph import op_key
+from dl2.model.wait_for import EXITED_STATUS
+from dl2.model.wait_for import FAILED_STATUS
+from dl2.model.wait_for import WaitForGraph
+
+_FIELD_HINTS = {
+    "op": (
+        "Members issue different collectives at the same position of the group: issue "
+        "collectives in the same order on every rank (look for a rank-dependent branch)."
+    ),
+    "root": "The root (src/dst) differs between ranks: pass the same root on every rank.",
+    "redop": (
+        "The reduce op differs between ranks; gloo completes this with a wrong result: use "
+        "the same op on every rank."
+    ),
+    "dtype": (
+        "The dtypes differ between ranks; same-size dtypes complete with garbage values: cast "
+        "to one dtype before the collective."
+    ),
+    "count": (
+        "The element counts differ between ranks (gloo aborts or hangs): use tensors of the "
+        "same size on every rank, padding if needed."
+    ),
+}
+
+
+def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: bool) -> list[Finding]:
+    """The first divergence of each group, and collectives a gone rank never issued."""
+    findings: list[Finding] = []
+    for gid, slots in graph.slots.items():
+        for slot in slots:
+            if not slot.mismatched:
+                continue
+            ops = [slot.ops[r] for r in sorted(slot.ops)]
+            sides = ", ".join(
+                f"rank {o.rank} calls {o.op}"
+                + (f" ({o.signature})" if o.signature else "")
+                + f" at {where(o)}"
+                for o in ops
+            )
+            findings.append(
+                Finding(
+                    kind=FindingKind.COLLECTIVE_MISMATCH,
+                    ranks=tuple(sorted(slot.ops)),
+                    ops=tuple(op_ref(o) for o in ops),
+                    message=(
+                        f"First divergence on group {gid} at collective #{slot.index} "
+                        f"({', '.join(slot.differing)} differ): {sides}."
+                    ),
+                    hint=_FIELD_HINTS[slot.differing[0] if "op" not in slot.differing else "op"],
+                    group=gid,
+                )
+            )
+            break
+        for slot in slots:
+            if slot.mismatched or not slot.missing:
+                continue
+            gone = [
+                r
+                for r in slot.missing
+                if wfg.status(r) in (EXITED_STATUS, FAILED_STATUS) or job_ended
+            ]
+            if not gone:
+                continue
+            issued = [slot.ops[r] for r in sorted(slot.ops)]
+            first = issued[0]
+            findings.append(
+                Finding(
+                    kind=FindingKind.COLLECTIVE_MISSING,
+                    ranks=tuple(sorted({*gone, *slot.ops})),
+                    ops=tuple(op_ref(o) for o in issued),
+                    message=(
+                        f"{rank_list(gone).capitalize()} never issued collective #{slot.index} of "
+                        f"group {gid} ({first.op}), which {rank_list(list(slot.ops))} issued "
+                        f"at {where(first)}."
+                    ),
+                    hint=(
+                        "Every member of a group must issue each of its collectives: look for an "
+                        "early exit, a rank-dependent branch or uneven data."
+                    ),
+                    group=gid,
+                )
+            )
+            break
+    return findings
+
+
+def p2p_findings(graph: ExecutionGraph, job_ended: bool) -> list[Finding]:
+    """Sends and receives left without a partner in a job that ended."""
+    if not job_ended:
+        return []
+    findings: list[Finding] = []
+    for rank, timeline in sorted(graph.timelines.items()):
+        for op in timeline.ops:
+            if op.kind != "p2p" or op_key(op) in graph.p2p_partner or op.completed:
+                continue
+            findings.append(
+                Finding(
+                    kind=FindingKind.P2P_UNMATCHED,
+                    ranks=tuple(sorted({rank, *([op.peer] if op.peer is not None else [])})),
+                    ops=(op_ref(op),),
+                    message=f"Rank {rank}'s {phrase(op)} at {where(op)} was never matched.",
+                    hint="Post the matching operation on the peer, with the same tag and group.",
+                    group=op.gid,
+                )
+            )
+    return findings
+
+
+def _call_ref(rank: int, record: dict[str, Any], op: str) -> OpRef:
+    stack = record.get("stack") or []
+    frame = stack[0] if stack and isinstance(stack[0], list) and len(stack[0]) >= 2 else None
+    return OpRef(
+        rank=rank,
+        op=op,
+        group=str(record.get("gid") or "-"),
+        api=record.get("api") or op,
+        file=str(frame[0]) if frame else None,
+        line=int(frame[1]) if frame else None,
+        function=str(frame[2]) if frame and len(frame) > 2 else None,
+    )
+
+
+def group_findings(graph: ExecutionGraph) -> list[Finding]:
+    """new_group calls that members skipped, or that ranks named differently."""
+    calls: dict[tuple[int, ...], dict[int, list[dict[str, Any]]]] = defaultdict(dict)
+    for rank, timeline in graph.timelines.items():
+        for record in timeline.newgroups:
+            raw = record.get("ranks")
+            members = (
+                tuple(sorted(raw)) if isinstance(raw, list) else tuple(range(graph.world_size))
+            )
+            calls[members].setdefault(rank, []).append(record)
+    findings: list[Finding] = []
+    for members, by_rank in sorted(calls.items()):
+        counts = {r: len(by_rank.get(r, [])) for r in members if r in graph.timelines}
+        names = {
+            r: tuple(str(c.get("gid")) for c in by_rank.get(r, []))
+            for r in members
+            if r in graph.timelines
+        }
+        if len(set(counts.values())) > 1:
+            most = max(counts.values())
+            short = [r for r, n in counts.items() if n < most]
+            callers = [r for r, n in counts.items() if n == most]
+            finding_ops = tuple(_call_ref(r, by_rank[r][-1], "new_group") for r in callers)
+            message = (
+                f"new_group(ranks={list(members)}) was called {most} time(s) by "
+                f"{rank_list(callers)} but fewer times by {rank_list(short)}."
+            )
+        elif len(set(names.values())) > 1:
+            finding_ops = tuple(_call_ref(r, by_rank[r][0], "new_group") for r in sorted(by_rank))
+            labels = "; ".join(f"rank {r}: {', '.join(n)}" for r, n in sorted(names.items()))
+            message = (
+                f"Ranks gave the group of ranks {list(members)} different names ({labels}): "
+                "some rank skipped an earlier new_group call."
+            )
+        else:
+            continue
+        findings.append(
+            Finding(
+                kind=FindingKind.GROUP_MISMATCH,
+                ranks=tuple(members),
+                ops=finding_ops,
+                message=message,
+                hint=(
+                    "Call new_group on every rank, members and non-members alike, in the same "
+                    "order and with the same ranks."
+                ),
+            )
+        )
+    return findings
+
+
+def nonmember_findings(graph: ExecutionGraph) -> list[Finding]:
+    """Collectives called on a group the rank does not belong to (torch skips them)."""
+    findings: list[Finding] = []
+    for rank, timeline in sorted(graph.timelines.items()):
+        for record in timeline.nonmember_calls:
+            ref = _call_ref(rank, record, str(record.get("api") or "collective"))
+            findings.append(
+                Finding(
+                    kind=FindingKind.NONMEMBER_CALL,
+                    ranks=(rank,),
+                    ops=(ref,),
+                    message=(
+                        f"Rank {rank} called {ref.op} at {ref.location} on a group it is not a "
+                        "member of; torch skips the call silently, so the rank does not take part."
+                    ),
+                    hint=(
+                        "Guard the call with the group's membership, or add the rank to the group "
+                        "if it must take part."
+                    ),
+                )
+            )
+    return findings

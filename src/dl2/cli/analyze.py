@@ -1,0 +1,34 @@
+"""`dl2 analyze RUN_DIR`: post-mortem analysis of a recorded run."""
+
+from __future__ import annotations
+
+import argparse
+
+from dl2.analysis import analyze
+from dl2.cli.output import emit
+from dl2.trace.session import load_session
+
+
+class AnalyzeCommand:
+    name = "analyze"
+    help = "analyse a recorded run directory and print the diagnosis"
+
+    def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("run_dir", help="a run directory written by `dl2 run`")
+        parser.add_argument("--json", metavar="PATH", help="also write the JSON report here")
+        parser.add_argument(
+            "-r",
+            "--renderer",
+            default="text",
+            choices=["text", "json"],
+            help="output format (default text)",
+        )
+        parser.add_argument(
+            "-o", "--output", metavar="PATH", help="write the output here instead of stdout"
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        session = load_session(args.run_dir)
+        report = analyze(session)
+        emit(report, args.json, args.renderer, args.output)
+        return report.exit_code

@@ -1,0 +1,179 @@
+"""Starting the user's job with the recorder injected, and stopping it cleanly.
+
+Two forms: ``-n N script.py`` starts N ranks like ``torchrun --standalone``; a raw
+command (``torchrun ...``, ``python repro.py``) is started as is.  Either way the
+bootstrap directory goes first on ``PYTHONPATH``, so every Python process of the job
+installs the recorder before user code runs, with no change to the user's code.
+Every process we start gets its own process group, which is how we stop it and its
+children; rank processes a launcher started in sessions of their own are stopped by
+the pid their trace header names.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from pathlib import Path
+
+import dl2
+from dl2.errors import LaunchError
+
+BOOTSTRAP_DIR = Path(dl2.__file__).parent / "_bootstrap"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def recorder_env(run_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job's environment: ours, plus the bootstrap on PYTHONPATH and dl2's settings."""
+    env = dict(os.environ)
+    paths = [str(BOOTSTRAP_DIR)]
+    package_root = str(Path(dl2.__file__).parent.parent)
+    if "site-packages" not in package_root and "dist-packages" not in package_root:
+        paths.append(package_root)
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["DL2_RUN_DIR"] = str(run_dir.resolve())
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    env.update(extra or {})
+    return env
+
+
+class Job:
+    """The processes of one launched job.
+
+    Attributes:
+        procs: rank -> process for ``-n`` launches, or {-1: the command} for raw commands.
+        ranked: True when dl2 started the ranks itself (exit codes known per rank).
+    """
+
+    def __init__(self, procs: dict[int, subprocess.Popen[bytes]], ranked: bool) -> None:
+        self.procs = procs
+        self.ranked = ranked
+        self.stopped_by_dl2 = False
+
+    def poll(self) -> dict[int, int | None]:
+        """key -> exit status (None while running)."""
+        return {key: proc.poll() for key, proc in self.procs.items()}
+
+    def finished(self) -> bool:
+        return all(code is not None for code in self.poll().values())
+
+    def exit_code(self) -> int:
+        """The job's exit status: the first non-zero one, else 0."""
+        codes = [c for c in self.poll().values() if c is not None]
+        return next((c for c in codes if c != 0), 0)
+
+    def stop(self, extra_pids: Iterable[int] = (), grace: float = 3.0) -> None:
+        """Stop the job: SIGTERM to every process group we know, then SIGKILL after ``grace``."""
+        self.stopped_by_dl2 = True
+        groups = {proc.pid for proc in self.procs.values() if proc.poll() is None}
+        for pid in extra_pids:
+            groups.add(pid)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for group in groups:
+                _signal_group(group, sig)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and not self._all_gone(groups):
+                time.sleep(0.05)
+            if self._all_gone(groups):
+                break
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _all_gone(self, pids: Iterable[int]) -> bool:
+        for proc in self.procs.values():
+            proc.poll()
+        return not any(process_alive(pid) for pid in pids)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """Signal the process group led by ``pid``, or the process alone if it leads none."""
+    try:
+        os.killpg(pid, sig)
+        return
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def process_alive(pid: int) -> bool:
+    """True if ``pid`` runs on this host and is not a zombie."""
+    if pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] not in (b"Z", b"X")
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def launch_ranks(script: str, args: Sequence[str], nproc: int, run_dir: Path) -> Job:
+    """Start ``nproc`` ranks of a Python script like ``torchrun --standalone``."""
+    if not Path(script).is_file():
+        raise LaunchError(f"script not found: {script}")
+    if nproc < 1:
+        raise LaunchError(f"-n must be at least 1, not {nproc}")
+    port = str(free_port())
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    for rank in range(nproc):
+        env = recorder_env(
+            run_dir,
+            {
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+                "RANK": str(rank),
+                "LOCAL_RANK": str(rank),
+                "GROUP_RANK": "0",
+                "ROLE_RANK": str(rank),
+                "WORLD_SIZE": str(nproc),
+                "LOCAL_WORLD_SIZE": str(nproc),
+                "ROLE_WORLD_SIZE": str(nproc),
+            },
+        )
+        try:
+            procs[rank] = subprocess.Popen(
+                [sys.executable, "-u", script, *args], env=env, start_new_session=True
+            )
+        except OSError as err:
+            Job(procs, ranked=True).stop()
+            raise LaunchError(f"cannot start rank {rank}: {err.strerror}") from None
+    return Job(procs, ranked=True)
+
+
+def launch_command(command: Sequence[str], run_dir: Path) -> Job:
+    """Start an arbitrary command (a launcher or a script that spawns its own ranks)."""
+    if not command:
+        raise LaunchError("no command given after --")
+    try:
+        proc = subprocess.Popen(list(command), env=recorder_env(run_dir), start_new_session=True)
+    except FileNotFoundError:
+        raise LaunchError(f"command not found: {command[0]}") from None
+    except OSError as err:
+        raise LaunchError(f"cannot start {command[0]}: {err.strerror}") from None
+    return Job({-1: proc}, ranked=False)

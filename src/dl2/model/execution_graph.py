@@ -1,0 +1,184 @@
+"""The execution graph: every rank's ops in program order plus the cross-rank matches.
+
+Collectives are matched per process group by position: the i-th collective a member
+issues on a group meets the i-th of every other member.  P2P ops are matched per
+(group, sender, receiver, tag) in order (gloo and MPI do not let messages overtake);
+a wildcard receive meets the sender recorded when it completed, or the earliest
+unmatched send to it while it is still pending.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dl2.model.ops import NO_DATA_OPS
+from dl2.model.ops import SAME_COUNT_OPS
+from dl2.model.ops import Op
+from dl2.model.ops import Timeline
+from dl2.model.ops import build_timeline
+from dl2.trace.session import Session
+
+OpKey = tuple[int, int]  # (rank, op id)
+
+
+def op_key(op: Op) -> OpKey:
+    return (op.rank, op.id)
+
+
+def signature_fields(op: Op) -> dict[str, object]:
+    """The fields that must agree between members for a collective to match."""
+    fields: dict[str, object] = {"op": op.op}
+    if op.root is not None or op.op in ("broadcast", "reduce", "gather", "scatter"):
+        fields["root"] = op.root
+    if op.redop is not None:
+        fields["redop"] = op.redop
+    if op.op not in NO_DATA_OPS:
+        fields["dtype"] = op.dtype
+    if op.op in SAME_COUNT_OPS:
+        fields["count"] = op.count
+    return fields
+
+
+@dataclass(frozen=True)
+class CollectiveSlot:
+    """The i-th collective of a group across its members.
+
+    Attributes:
+        gid: group name; index: position on the group (0-based).
+        ops: member rank -> the op it issued at this position.
+        missing: members that have not issued an i-th collective (yet).
+        differing: names of the fields on which the issued ops disagree.
+    """
+
+    gid: str
+    index: int
+    ops: Mapping[int, Op]
+    missing: tuple[int, ...]
+    differing: tuple[str, ...]
+
+    @property
+    def mismatched(self) -> bool:
+        return bool(self.differing)
+
+
+@dataclass(frozen=True)
+class ExecutionGraph:
+    """Ops of all ranks with their cross-rank matches.
+
+    Attributes:
+        timelines: rank -> its ops in program order and its final blocking state.
+        groups: group name -> global ranks of its members.
+        slots: group name -> its collective slots in order.
+        collective_slot: (rank, op id) -> (group, index) of a collective.
+        p2p_partner: (rank, op id) -> the matching op on the peer.
+        world_size: ranks of the job.
+    """
+
+    timelines: Mapping[int, Timeline]
+    groups: Mapping[str, tuple[int, ...]]
+    slots: Mapping[str, tuple[CollectiveSlot, ...]]
+    collective_slot: Mapping[OpKey, tuple[str, int]]
+    p2p_partner: Mapping[OpKey, Op]
+    world_size: int
+
+    def slot_of(self, op: Op) -> CollectiveSlot | None:
+        where = self.collective_slot.get(op_key(op))
+        return self.slots[where[0]][where[1]] if where else None
+
+    def group_members(self, gid: str) -> tuple[int, ...]:
+        return self.groups.get(gid, tuple(range(self.world_size)))
+
+
+def _groups(timelines: Mapping[int, Timeline], world_size: int) -> dict[str, tuple[int, ...]]:
+    groups: dict[str, tuple[int, ...]] = {"0": tuple(range(world_size))}
+    for timeline in timelines.values():
+        for op in timeline.ops:
+            if op.op == "create_group" and op.ranks is not None:
+                groups[op.gid] = tuple(sorted(op.ranks))
+    return groups
+
+
+def _match_collectives(
+    timelines: Mapping[int, Timeline], groups: Mapping[str, tuple[int, ...]]
+) -> tuple[dict[str, tuple[CollectiveSlot, ...]], dict[OpKey, tuple[str, int]]]:
+    per_group: dict[str, dict[int, list[Op]]] = defaultdict(dict)
+    for rank, timeline in timelines.items():
+        for op in timeline.ops:
+            if op.kind == "collective":
+                per_group[op.gid].setdefault(rank, []).append(op)
+    slots: dict[str, tuple[CollectiveSlot, ...]] = {}
+    where: dict[OpKey, tuple[str, int]] = {}
+    for gid in sorted(per_group):
+        by_rank = per_group[gid]
+        members = groups.get(gid, tuple(sorted(by_rank)))
+        length = max(len(ops) for ops in by_rank.values())
+        group_slots: list[CollectiveSlot] = []
+        for index in range(length):
+            ops = {r: by_rank[r][index] for r in sorted(by_rank) if index < len(by_rank[r])}
+            missing = tuple(r for r in members if r not in ops)
+            fields = [signature_fields(op) for op in ops.values()]
+            differing = tuple(
+                sorted(
+                    {
+                        name
+                        for f in fields
+                        for name in f
+                        if any(g.get(name) != f.get(name) for g in fields)
+                    }
+                )
+            )
+            group_slots.append(CollectiveSlot(gid, index, ops, missing, differing))
+            for op in ops.values():
+                where[op_key(op)] = (gid, index)
+        slots[gid] = tuple(group_slots)
+    return slots, where
+
+
+def _match_p2p(timelines: Mapping[int, Timeline]) -> dict[OpKey, Op]:
+    """Pair sends with receives; see the module docstring for the rules."""
+    sends: dict[tuple[str, int, int, int | None], list[Op]] = defaultdict(list)
+    recvs: dict[tuple[str, int, int, int | None], list[Op]] = defaultdict(list)
+    pending_any: dict[tuple[str, int, int | None], list[Op]] = defaultdict(list)
+    for rank, timeline in timelines.items():
+        for op in timeline.ops:
+            if op.op == "send" and op.peer is not None:
+                sends[(op.gid, rank, op.peer, op.tag)].append(op)
+            elif op.op == "recv":
+                source = op.peer if op.peer is not None else op.src
+                if source is not None:
+                    recvs[(op.gid, source, rank, op.tag)].append(op)
+                else:
+                    pending_any[(op.gid, rank, op.tag)].append(op)
+    partner: dict[OpKey, Op] = {}
+    leftovers: dict[tuple[str, int, int | None], list[Op]] = defaultdict(list)
+    for channel in sorted(set(sends) | set(recvs), key=str):
+        s_list, r_list = sends.get(channel, []), recvs.get(channel, [])
+        for s, r in zip(s_list, r_list, strict=False):
+            partner[op_key(s)] = r
+            partner[op_key(r)] = s
+        gid, _, dst, tag = channel
+        leftovers[(gid, dst, tag)].extend(s_list[len(r_list) :])
+    for key, waiting in pending_any.items():
+        available = sorted(leftovers.get(key, []), key=lambda op: (op.index, op.rank))
+        for r, s in zip(waiting, available, strict=False):
+            partner[op_key(s)] = r
+            partner[op_key(r)] = s
+    return partner
+
+
+def build_execution_graph(session: Session) -> ExecutionGraph:
+    """Rebuild ops from a session's traces and match them across ranks."""
+    timelines = {rank: build_timeline(trace) for rank, trace in session.traces.items()}
+    world_size = session.world_size
+    groups = _groups(timelines, world_size)
+    slots, where = _match_collectives(timelines, groups)
+    return ExecutionGraph(
+        timelines=timelines,
+        groups=groups,
+        slots=slots,
+        collective_slot=where,
+        p2p_partner=_match_p2p(timelines),
+        world_size=world_size,
+    )

@@ -1,0 +1,483 @@
+"""The console report: what a person reads first, in about ten seconds.
+
+Top to bottom: the verdict; for a deadlock, its wait cycle on one line; a table of
+where each rank stands; the other findings, grouped by kind; one fix hint per kind of
+problem; then warnings.  Long reports stay short: runs of idle ranks are folded
+("4-7  exited"), identical operations of several ranks share a row, and each list is
+capped with "... and N more".
+
+``rich`` is imported lazily, here only, so that ``import dl2.render`` stays light.
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from collections.abc import Iterable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import ClassVar
+
+from dl2.analysis.report import Finding
+from dl2.analysis.report import FindingKind
+from dl2.analysis.report import OpRef
+from dl2.analysis.report import RankState
+from dl2.analysis.report import Report
+from dl2.analysis.report import Verdict
+from dl2.errors import ConfigError
+from dl2.render.base import Renderer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.console import RenderableType
+
+DEFAULT_WIDTH = 100
+
+# Caps that keep a large job's report readable; what is left out is counted.
+MAX_RANK_ROWS = 32
+MAX_FINDINGS_PER_KIND = 5
+MAX_OP_ROWS = 8
+MAX_WARNINGS = 10
+
+_SENDS = frozenset({"send", "isend"})
+_RECVS = frozenset({"recv", "irecv"})
+_COLLECTIVE_KINDS = frozenset({FindingKind.COLLECTIVE_MISMATCH, FindingKind.COLLECTIVE_MISSING})
+
+_VERDICT_STYLE = {
+    Verdict.OK: "bold green",
+    Verdict.DEADLOCK: "bold red",
+    Verdict.DEFECT: "bold yellow",
+    Verdict.JOB_FAILED: "bold magenta",
+}
+_STATUS_STYLE = {"blocked": "red", "failed": "red", "no-trace": "yellow", "running": "green"}
+
+# A (text, style) pair; sequences of them build a styled line without importing rich.
+Segment = tuple[str, str]
+
+
+class ConsoleRenderer(Renderer):
+    """The human-readable report, drawn with rich.
+
+    Args:
+        color: True always colours, False never does, None (the default) colours only
+            when :func:`~dl2.render.base.write_report` writes to a terminal.
+        width: columns to lay the report out in; None means 100, or the terminal's
+            width when writing to a terminal.
+    """
+
+    name: ClassVar[str] = "text"
+    output_file_extension: ClassVar[str] = "txt"
+
+    def __init__(self, *, color: bool | None = None, width: int | None = None) -> None:
+        self.color = color
+        self.width = width
+
+    def render(self, report: Report) -> str:
+        return _render(report, width=self.width or DEFAULT_WIDTH, color=bool(self.color))
+
+    def render_for(self, report: Report, *, tty: bool) -> str:
+        color = tty if self.color is None else self.color
+        width = self.width
+        if width is None:
+            width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns if tty else DEFAULT_WIDTH
+        return _render(report, width=width, color=color)
+
+
+# -- plain-text pieces (no rich), shared with other renderers and tests -------------------
+
+
+def op_label(op: OpRef) -> str:
+    """A short name for an operation: ``send→1``, ``recv←any``, ``all_reduce(group 0 #3)``.
+
+    P2P operations point at their peer (``any`` for a wildcard receive); collectives
+    name their group, their index on it, and their root if they have one.
+    """
+    if op.op in _SENDS:
+        return f"{op.op}→{_peer(op.peer)}"
+    if op.op in _RECVS:
+        return f"{op.op}←{_peer(op.peer)}"
+    where = f"group {op.group}" if op.seq is None else f"group {op.group} #{op.seq}"
+    if op.peer is not None:
+        where += f", root {op.peer}"
+    return f"{op.op}({where})"
+
+
+def cycle_line(finding: Finding, states: Iterable[RankState] = ()) -> str:
+    """A deadlock's wait cycle on one line.
+
+    ``rank 0 send→1 (train.py:42) ⇢ rank 1 send→0 (train.py:57) ⇢ rank 0``.  Each
+    rank's operation comes from the finding's ops, else from its state in ``states``.
+    Returns "" when the finding has no cycle.
+    """
+    return "".join(text for text, _ in _cycle_segments(finding, _by_rank(states)))
+
+
+def rank_list(ranks: Iterable[int]) -> str:
+    """Sorted ranks, runs of three or more folded: ``0-3,5,7``."""
+    ordered = sorted(set(ranks))
+    parts: list[str] = []
+    start = 0
+    while start < len(ordered):
+        end = start
+        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
+            end += 1
+        if end - start >= 2:
+            parts.append(f"{ordered[start]}-{ordered[end]}")
+        else:
+            parts.extend(str(r) for r in ordered[start : end + 1])
+        start = end + 1
+    return ",".join(parts)
+
+
+def headline(report: Report) -> str:
+    """The verdict as one sentence, e.g. ``DEADLOCK: 2 ranks wait on each other forever``."""
+    findings = report.findings
+    if report.verdict is Verdict.OK:
+        if report.world_size == 0:
+            return "OK: no communication defect found (no ranks traced)"
+        return f"OK: no communication defect found in {_count(report.world_size, 'rank')}"
+    if report.verdict is Verdict.DEFECT:
+        if not findings:
+            return "DEFECT: a communication defect was found; the job did not hang"
+        kinds = ", ".join(dict.fromkeys(f.kind.value for f in findings))
+        return f"DEFECT: {_count(len(findings), 'communication defect')}, no deadlock ({kinds})"
+    if report.verdict is Verdict.JOB_FAILED:
+        return "JOB FAILED: the job failed for a reason other than communication"
+    return "DEADLOCK: " + _deadlock_summary(findings)
+
+
+def _deadlock_summary(findings: Sequence[Finding]) -> str:
+    deadlocks = [f for f in findings if f.kind is FindingKind.DEADLOCK]
+    stuck = sorted({r for f in deadlocks for r in f.ranks})
+    if any(f.cycle for f in deadlocks):
+        if len(stuck) == 1:
+            return f"rank {stuck[0]} waits on itself forever"
+        return f"{len(stuck)} ranks wait on each other forever"
+    orphaned = sorted(
+        stuck or {r for f in findings if f.kind is FindingKind.ORPHANED_WAIT for r in f.ranks}
+    )
+    if len(orphaned) == 1:
+        return f"rank {orphaned[0]} waits forever on a rank that exited"
+    if orphaned:
+        return f"{len(orphaned)} ranks wait forever on ranks that exited"
+    return "ranks wait on each other forever"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _peer(peer: int | None) -> str:
+    return "any" if peer is None else str(peer)
+
+
+def _by_rank(states: Iterable[RankState]) -> dict[int, RankState]:
+    return {s.rank: s for s in states}
+
+
+def _cycle_segments(finding: Finding, states: Mapping[int, RankState]) -> list[Segment]:
+    if not finding.cycle:
+        return []
+    ops: dict[int, OpRef] = {}
+    for first in finding.ops:
+        ops.setdefault(first.rank, first)
+    segments: list[Segment] = []
+    for rank in finding.cycle:
+        op = ops.get(rank)
+        if op is None and rank in states:
+            op = states[rank].op
+        segments.append((f"rank {rank}", "bold"))
+        if op is not None:
+            segments.append((" " + op_label(op), "cyan"))
+            if op.location != "?":
+                segments.append((f" ({op.location})", "dim"))
+        segments.append((" ⇢ ", "red"))
+    segments.append((f"rank {finding.cycle[0]}", "bold"))
+    return segments
+
+
+def _waits_text(state: RankState) -> str:
+    if not state.waits_on:
+        return ""
+    ranks = rank_list(state.waits_on)
+    return f"any of {ranks}" if state.any_of and len(state.waits_on) > 1 else ranks
+
+
+def _call_text(op: OpRef) -> str:
+    label = op_label(op)
+    return label if op.api in (None, op.op) else f"{label} via {op.api}"
+
+
+def _where_text(op: OpRef) -> str:
+    return op.location if op.function is None else f"{op.location} in {op.function}"
+
+
+def _job_text(job: Mapping[str, object]) -> str:
+    parts = []
+    for key in sorted(job, key=str):
+        value = job[key]
+        if isinstance(value, (list, tuple)):
+            value = " ".join(str(v) for v in value)
+        parts.append(f"{key}: {value}")
+    return "; ".join(parts)
+
+
+def _rank_rows(states: Sequence[RankState]) -> list[tuple[list[int], RankState]]:
+    """Rows of the rank table: consecutive idle ranks of one status share a row."""
+    rows: list[tuple[list[int], RankState]] = []
+    for state in sorted(states, key=lambda s: s.rank):
+        idle = state.op is None and not state.waits_on
+        if rows and idle:
+            ranks, first = rows[-1]
+            if (
+                first.op is None
+                and not first.waits_on
+                and first.status == state.status
+                and ranks[-1] == state.rank - 1
+            ):
+                ranks.append(state.rank)
+                continue
+        rows.append(([state.rank], state))
+    return rows
+
+
+def _op_rows(finding: Finding) -> list[tuple[list[int], OpRef | None]]:
+    """A finding's operations, identical ones of several ranks merged, in rank order.
+
+    For a collective finding, a member with no operation gets a row of its own (None).
+    """
+    rows: dict[tuple[object, ...], tuple[list[int], OpRef]] = {}
+    for op in finding.ops:
+        key = (op.op, op.api, op.group, op.seq, op.peer, op.detail, op.file, op.line, op.function)
+        if key in rows:
+            rows[key][0].append(op.rank)
+        else:
+            rows[key] = ([op.rank], op)
+    out: list[tuple[list[int], OpRef | None]] = list(rows.values())
+    if finding.kind in _COLLECTIVE_KINDS:
+        issued = {op.rank for op in finding.ops}
+        out.extend(([r], None) for r in finding.ranks if r not in issued)
+    return sorted(out, key=lambda row: min(row[0]))
+
+
+# -- drawing with rich -------------------------------------------------------------------
+
+
+def _render(report: Report, *, width: int, color: bool) -> str:
+    try:
+        from rich.console import Console
+    except ImportError as err:  # pragma: no cover - rich is a dependency of dl2
+        raise ConfigError("the text report needs the 'rich' package: pip install rich") from err
+
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        force_jupyter=False,
+        force_interactive=False,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+    _draw(console, report)
+    # Table cells are padded to their column; trailing blanks only make goldens fragile.
+    lines = buffer.getvalue().splitlines()
+    return "".join(line.rstrip(" ") + "\n" for line in lines)
+
+
+def _draw(console: Console, report: Report) -> None:
+    from rich.padding import Padding
+    from rich.panel import Panel
+    from rich.text import Text
+
+    style = _VERDICT_STYLE[report.verdict]
+    console.print(Panel(Text(headline(report), style=style), expand=False, border_style=style))
+    if report.job:
+        console.print(Text(_job_text(report.job), style="dim"))
+
+    states = _by_rank(report.ranks)
+    cycles = [f for f in report.findings if f.kind is FindingKind.DEADLOCK and f.cycle]
+    for finding in cycles[:MAX_FINDINGS_PER_KIND]:
+        console.print()
+        _draw_cycle(console, finding, states)
+    if len(cycles) > MAX_FINDINGS_PER_KIND:
+        console.print(_more(len(cycles) - MAX_FINDINGS_PER_KIND, "deadlock"))
+
+    if report.ranks:
+        console.print()
+        console.print(_rank_table(report.ranks))
+
+    others = [f for f in report.findings if not (f.kind is FindingKind.DEADLOCK and f.cycle)]
+    if others:
+        console.print()
+        console.print(Text("Findings", style="bold"))
+        for kind, group in _by_kind(others).items():
+            _draw_kind(console, kind, group)
+
+    hints = _hints(report.findings)
+    if hints:
+        console.print()
+        console.print(Text("Fix", style="bold"))
+        for kind, hint, n in hints:
+            scope = kind.value if n == 1 else f"{kind.value} ({_count(n, 'finding')})"
+            _print_item(console, "•", Text.assemble((scope, "bold"), ": ", hint))
+
+    if report.warnings:
+        console.print()
+        console.print(Text("Warnings", style="bold dim"))
+        for warning in report.warnings[:MAX_WARNINGS]:
+            _print_item(console, "!", Text(warning, style="dim"))
+        if len(report.warnings) > MAX_WARNINGS:
+            more = _more(len(report.warnings) - MAX_WARNINGS, "warning")
+            console.print(Padding(more, (0, 0, 0, 4)))
+
+
+def _draw_cycle(console: Console, finding: Finding, states: Mapping[int, RankState]) -> None:
+    from rich.padding import Padding
+    from rich.text import Text
+
+    # soft_wrap: the cycle stays on one line however long, so it can be copied and grepped.
+    console.print(Text.assemble(*_cycle_segments(finding, states)), soft_wrap=True)
+    if finding.message:
+        console.print(Padding(Text(finding.message), (0, 0, 0, 2)))
+    behind = sorted(set(finding.ranks) - set(finding.cycle))
+    if behind:
+        noun = "rank" if len(behind) == 1 else "ranks"
+        text = Text(f"also stuck behind it: {noun} {rank_list(behind)}", style="dim")
+        console.print(Padding(text, (0, 0, 0, 2)))
+
+
+def _rank_table(states: Sequence[RankState]) -> RenderableType:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = _rank_rows(states)
+    cells: list[list[Text]] = []
+    for ranks, state in rows[:MAX_RANK_ROWS]:
+        op = state.op
+        cells.append(
+            [
+                Text(rank_list(ranks), style="bold"),
+                Text(state.status, style=_STATUS_STYLE.get(state.status, "dim")),
+                Text("" if op is None else _call_text(op), style="cyan"),
+                Text("" if op is None else op.detail),
+                Text("" if op is None else op.location, style="dim"),
+                Text(_waits_text(state)),
+            ]
+        )
+    headers = ["rank", "status", "stuck in", "signature", "source", "waits on"]
+    # Columns with nothing in them (an OK run has no "stuck in") are left out.
+    keep = [i for i in range(len(headers)) if i < 2 or any(row[i].plain for row in cells)]
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    for i in keep:
+        table.add_column(headers[i], no_wrap=i < 2)
+    for row in cells:
+        table.add_row(*(row[i] for i in keep))
+    if len(rows) > MAX_RANK_ROWS:
+        rest = [s for _, s in rows[MAX_RANK_ROWS:]]
+        n = sum(len(ranks) for ranks, _ in rows[MAX_RANK_ROWS:])
+        blocked = sum(1 for s in rest if s.status == "blocked")
+        note = f" ({blocked} blocked)" if blocked else ""
+        table.add_row(Text(f"... and {_count(n, 'more rank')}{note}", style="dim"))
+    return table
+
+
+def _by_kind(findings: Sequence[Finding]) -> dict[FindingKind, list[Finding]]:
+    groups: dict[FindingKind, list[Finding]] = {}
+    for finding in findings:
+        groups.setdefault(finding.kind, []).append(finding)
+    return groups
+
+
+def _draw_kind(console: Console, kind: FindingKind, findings: Sequence[Finding]) -> None:
+    from rich.padding import Padding
+    from rich.text import Text
+
+    title = kind.value if len(findings) == 1 else f"{kind.value} ({len(findings)})"
+    console.print(Padding(Text(title, style="bold yellow"), (0, 0, 0, 2)))
+    for finding in findings[:MAX_FINDINGS_PER_KIND]:
+        _draw_finding(console, finding)
+    if len(findings) > MAX_FINDINGS_PER_KIND:
+        more = _more(len(findings) - MAX_FINDINGS_PER_KIND, f"{kind.value} finding")
+        console.print(Padding(more, (0, 0, 0, 4)))
+
+
+def _draw_finding(console: Console, finding: Finding) -> None:
+    from rich.console import Group
+    from rich.padding import Padding
+    from rich.text import Text
+
+    scope = []
+    if finding.ranks:
+        scope.append(f"{'rank' if len(finding.ranks) == 1 else 'ranks'} {rank_list(finding.ranks)}")
+    if finding.group is not None:
+        scope.append(f"group {finding.group}")
+    body: list[RenderableType] = []
+    message = Text(finding.message)
+    if scope:
+        message = Text.assemble(("[" + ", ".join(scope) + "] ", "dim"), message)
+    body.append(message)
+
+    rows = _op_rows(finding)
+    if rows:
+        if finding.kind in _COLLECTIVE_KINDS:
+            body.append(Text("first divergence:", style="dim"))
+        body.append(Padding(_op_grid(rows), (0, 0, 0, 2)))
+    _print_item(console, "•", Group(*body), indent=4)
+
+
+def _op_grid(rows: Sequence[tuple[list[int], OpRef | None]]) -> RenderableType:
+    """Operations in aligned columns: who, call, signature, where."""
+    from rich.table import Table
+    from rich.text import Text
+
+    cells: list[list[Text]] = []
+    for ranks, op in rows[:MAX_OP_ROWS]:
+        who = Text(f"{'rank' if len(ranks) == 1 else 'ranks'} {rank_list(ranks)}", "bold")
+        if op is None:
+            cells.append([who, Text("(never called)", "red"), Text(""), Text("")])
+        else:
+            call = Text(_call_text(op), "cyan")
+            cells.append([who, call, Text(op.detail), Text(_where_text(op), "dim")])
+    keep = [i for i in range(4) if any(row[i].plain for row in cells)]
+    grid = Table.grid(padding=(0, 2))
+    for _ in keep:
+        grid.add_column()
+    for row in cells:
+        grid.add_row(*(row[i] for i in keep))
+    if len(rows) > MAX_OP_ROWS:
+        grid.add_row(_more(len(rows) - MAX_OP_ROWS, "operation"))
+    return grid
+
+
+def _hints(findings: Sequence[Finding]) -> list[tuple[FindingKind, str, int]]:
+    """Each distinct (kind, hint) once, in the order first met, with how many share it."""
+    counts: dict[tuple[FindingKind, str], int] = {}
+    for finding in findings:
+        if finding.hint:
+            key = (finding.kind, finding.hint)
+            counts[key] = counts.get(key, 0) + 1
+    return [(kind, hint, n) for (kind, hint), n in counts.items()]
+
+
+def _print_item(console: Console, bullet: str, body: RenderableType, indent: int = 2) -> None:
+    """A bulleted item whose wrapped lines stay indented under its first."""
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 1, 0, 0), pad_edge=False)
+    grid.add_column(width=indent + len(bullet), justify="right", no_wrap=True)
+    grid.add_column()
+    grid.add_row(bullet, body)
+    console.print(grid)
+
+
+def _more(n: int, noun: str) -> RenderableType:
+    from rich.text import Text
+
+    return Text(f"... and {n} more {noun}{'' if n == 1 else 's'}", style="dim")

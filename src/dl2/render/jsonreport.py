@@ -1,0 +1,118 @@
+"""The JSON report: a stable, versioned document for automation and golden files.
+
+Shape (keys sorted, no times, so two runs of one job give equal files)::
+
+    {"format": "dl2-report", "format_version": 1,
+     "verdict": "ok" | "deadlock" | "defect" | "job-failed", "exit_code": 0 | 1 | 3 | 4,
+     "world_size": N,
+     "findings": [{"kind", "ranks", "message", "hint", "group", "cycle", "ops": [OP...]}],
+     "ranks": [{"rank", "status", "op": OP | null, "waits_on", "any_of"}],
+     "warnings": [str...], "job": {...launcher facts...}}
+
+    OP = {"rank", "op", "api", "group", "seq", "peer", "detail", "file", "line", "function"}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from enum import Enum
+from typing import Any
+from typing import ClassVar
+
+from dl2.analysis.report import Finding
+from dl2.analysis.report import OpRef
+from dl2.analysis.report import RankState
+from dl2.analysis.report import Report
+from dl2.render.base import Renderer
+
+FORMAT = "dl2-report"
+
+# History of FORMAT_VERSION (bump on any change a reader could notice):
+#   1: first version.
+FORMAT_VERSION = 1
+
+
+class JsonRenderer(Renderer):
+    """Renders the report as indented JSON with sorted keys (see the module docstring)."""
+
+    name: ClassVar[str] = "json"
+    output_file_extension: ClassVar[str] = "json"
+
+    def render(self, report: Report) -> str:
+        # ensure_ascii=False keeps messages ("send→1") readable; files are written as UTF-8.
+        text = json.dumps(report_to_dict(report), indent=2, sort_keys=True, ensure_ascii=False)
+        return text + "\n"
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The JSON report as plain data: dicts, lists, str, int, bool and None only.
+
+    ``json.loads(JsonRenderer().render(report)) == report_to_dict(report)``.
+    """
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "verdict": report.verdict.value,
+        "exit_code": report.exit_code,
+        "world_size": report.world_size,
+        "findings": [_finding(f) for f in report.findings],
+        "ranks": [_rank_state(r) for r in report.ranks],
+        "warnings": list(report.warnings),
+        "job": _plain(report.job),
+    }
+
+
+def _finding(finding: Finding) -> dict[str, Any]:
+    return {
+        "kind": finding.kind.value,
+        "ranks": list(finding.ranks),
+        "message": finding.message,
+        "hint": finding.hint,
+        "group": finding.group,
+        "cycle": list(finding.cycle),
+        "ops": [_op(op) for op in finding.ops],
+    }
+
+
+def _rank_state(state: RankState) -> dict[str, Any]:
+    return {
+        "rank": state.rank,
+        "status": state.status,
+        "op": None if state.op is None else _op(state.op),
+        "waits_on": list(state.waits_on),
+        "any_of": state.any_of,
+    }
+
+
+def _op(op: OpRef) -> dict[str, Any]:
+    return {
+        "rank": op.rank,
+        "op": op.op,
+        "api": op.api,
+        "group": op.group,
+        "seq": op.seq,
+        "peer": op.peer,
+        "detail": op.detail,
+        "file": op.file,
+        "line": op.line,
+        "function": op.function,
+    }
+
+
+def _plain(value: object) -> Any:
+    """``value`` as JSON data; anything JSON cannot hold becomes its ``str``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN or Infinity
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Enum):
+        return _plain(value.value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((_plain(v) for v in value), key=repr)  # sets have no stable order
+    return str(value)

@@ -1,0 +1,236 @@
+"""Analysis over traces built in code: deadlocks, mismatches, orphans and clean twins."""
+
+from __future__ import annotations
+
+import pytest
+
+from dl2.analysis import ANALYSES
+from dl2.analysis import analyze
+from dl2.analysis.report import FindingKind
+from dl2.analysis.report import Verdict
+from dl2.trace.session import EXITED
+from dl2.trace.session import FAILED
+from dl2.trace.session import Session
+from trace_builders import ranks
+from trace_builders import session
+
+
+def kinds(report):
+    return [f.kind for f in report.findings]
+
+
+def test_send_send_cycle_is_a_deadlock_with_both_lines():
+    # GIVEN two ranks that both send first and are stuck in their sends
+    r0, r1 = ranks(2)
+    r0.call("send", 10, peer=1, complete=False)
+    r1.call("send", 20, peer=0, complete=False)
+    # WHEN analysed
+    report = analyze(session([r0, r1]))
+    # THEN a deadlock cycle 0 -> 1 -> 0 names both send lines
+    assert report.verdict is Verdict.DEADLOCK
+    first = report.findings[0]
+    assert first.kind is FindingKind.DEADLOCK
+    assert first.cycle == (0, 1)
+    assert [(o.rank, o.op, o.line) for o in first.ops] == [(0, "send", 10), (1, "send", 20)]
+    assert "send first" in first.hint
+
+
+def test_three_rank_recv_ring_cycle():
+    rs = ranks(3)
+    for r in rs:
+        r.call("recv", 5 + r.rank, peer=(r.rank - 1) % 3, complete=False)
+    report = analyze(session(rs))
+    assert report.verdict is Verdict.DEADLOCK
+    assert report.findings[0].cycle == (0, 2, 1)
+    assert len(report.findings[0].ops) == 3
+
+
+def test_matched_send_is_not_a_deadlock():
+    # GIVEN rank 0 stuck in a send whose recv rank 1 has posted (transient state)
+    r0, r1 = ranks(2)
+    r0.call("send", 10, peer=1, complete=False)
+    r1.call("recv", 20, peer=0, complete=False)
+    report = analyze(session([r0, r1]))
+    assert report.verdict is Verdict.OK
+    assert report.findings == ()
+
+
+def test_even_odd_ring_completed_is_clean():
+    rs = ranks(4)
+    for r in rs:
+        nxt, prv = (r.rank + 1) % 4, (r.rank - 1) % 4
+        if r.rank % 2 == 0:
+            r.call("send", 10, peer=nxt)
+            r.call("recv", 11, peer=prv)
+        else:
+            r.call("recv", 12, peer=prv)
+            r.call("send", 13, peer=nxt)
+        r.end()
+    report = analyze(session(rs))
+    assert report.verdict is Verdict.OK, report.findings
+    assert all(s.status == "exited" for s in report.ranks)
+
+
+def test_wrong_tag_is_explained():
+    r0, r1 = ranks(2)
+    r0.call("send", 10, peer=1, tag=1, complete=False)
+    r1.call("recv", 20, peer=0, tag=2, complete=False)
+    report = analyze(session([r0, r1]))
+    assert report.verdict is Verdict.DEADLOCK
+    assert "tags differ" in report.findings[0].message
+    assert "same tag" in report.findings[0].hint
+
+
+def test_wildcard_recv_waits_on_any_sender_or_semantics():
+    # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
+    r0, r1, r2 = ranks(3)
+    r0.call("recv", 10, peer=None, complete=False)
+    r2.call("recv", 30, peer=0, complete=False)
+    report = analyze(session([r0, r1, r2]))
+    assert report.verdict is Verdict.OK
+    # WHEN rank 1 exits instead, nobody can send to rank 0 any more
+    report = analyze(session([r0, r1.end(), r2]))
+    assert report.verdict is Verdict.DEADLOCK
+    state = next(s for s in report.ranks if s.rank == 0)
+    assert state.any_of and state.waits_on == (1, 2)
+
+
+def test_collective_order_mismatch_first_divergence():
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 10, redop="sum", complete=False)
+    r1.call("broadcast", 20, root=0, complete=False)
+    report = analyze(session([r0, r1]))
+    assert report.verdict is Verdict.DEADLOCK
+    mismatch = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISMATCH)
+    assert "collective #0" in mismatch.message
+    assert {(o.rank, o.line) for o in mismatch.ops} == {(0, 10), (1, 20)}
+
+
+@pytest.mark.parametrize(
+    ("field", "a", "b"),
+    [("redop", "sum", "max"), ("dtype", "float32", "int32"), ("root", 0, 1), ("count", 4, 8)],
+)
+def test_completed_signature_mismatch_is_a_defect(field, a, b):
+    # GIVEN a collective gloo completed although the ranks disagree on one field
+    r0, r1 = ranks(2)
+    op = "broadcast" if field == "root" else "all_reduce"
+    r0.call(op, 10, **{field: a})
+    r1.call(op, 20, **{field: b})
+    report = analyze(session([r0.end(), r1.end()]))
+    assert report.verdict is Verdict.DEFECT
+    assert kinds(report) == [FindingKind.COLLECTIVE_MISMATCH]
+    assert field in report.findings[0].message
+
+
+def test_identical_collectives_from_different_call_sites_are_clean():
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 10, redop="sum", function="a")
+    r1.call("all_reduce", 99, redop="sum", function="b")
+    assert analyze(session([r0.end(), r1.end()])).verdict is Verdict.OK
+
+
+def test_rank_exiting_early_orphans_the_waiter():
+    r0, r1 = ranks(2)
+    r0.call("recv", 10, peer=1, complete=False)
+    r1.end()
+    report = analyze(session([r0, r1]))
+    assert report.verdict is Verdict.DEADLOCK
+    orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
+    assert orphan.ranks == (0, 1)
+    assert orphan.ops[0].line == 10
+
+
+def test_waiting_on_a_crashed_rank_is_a_job_failure():
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 10, complete=False)
+    report = analyze(session([r0, r1], states={1: FAILED}))
+    assert report.verdict is Verdict.JOB_FAILED
+    assert FindingKind.ORPHANED_WAIT in kinds(report)
+
+
+def test_crossed_groups_deadlock():
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.create_group("1", [0, 1])
+        r.create_group("2", [0, 1])
+    r0.call("all_reduce", 10, gid="1", complete=False)
+    r1.call("all_reduce", 20, gid="2", complete=False)
+    report = analyze(session([r0, r1]))
+    assert report.verdict is Verdict.DEADLOCK
+    assert "groups 1, 2" in report.findings[0].hint
+
+
+def test_new_group_by_a_subset_blocks_in_creation():
+    r0, r1 = ranks(2)
+    r0.add(
+        {
+            "k": "newgroup",
+            "id": 90,
+            "t": 1,
+            "ranks": [0, 1],
+            "gid": "1",
+            "stack": [["t.py", 5, "m"]],
+        }
+    )
+    r0.create_group("1", [0, 1], line=5, complete=False)
+    r1.call("barrier", 9, complete=False)
+    report = analyze(session([r0, r1]))
+    assert report.verdict is Verdict.DEADLOCK
+    assert report.findings[0].cycle == (0, 1)
+    assert any(f.kind is FindingKind.GROUP_MISMATCH for f in report.findings)
+
+
+def test_nonmember_call_is_a_defect():
+    r0, r1 = ranks(2)
+    r0.add({"k": "nonmember", "t": 5, "api": "all_reduce", "stack": [["t.py", 7, "main"]]})
+    report = analyze(session([r0.end(), r1.end()]))
+    assert report.verdict is Verdict.DEFECT
+    assert report.findings[0].ops[0].line == 7
+
+
+def test_unmatched_isend_in_a_finished_job_is_a_defect():
+    r0, r1 = ranks(2)
+    r0.issue("send", 10, peer=1, **{"async": True})
+    report = analyze(session([r0.end(), r1.end()]))
+    assert report.verdict is Verdict.DEFECT
+    assert kinds(report) == [FindingKind.P2P_UNMATCHED]
+
+
+def test_ddp_stall_in_backward_waits_on_exited_rank():
+    # GIVEN rank 0 inside backward with a pending DDP all_reduce; rank 1 exited
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 3)
+    r1.call("all_reduce", 3)
+    op_id = r0.issue("all_reduce", 40, api=None, **{"async": True})
+    r0.add({"k": "state", "t": 10**9, "pending": [op_id], "where": "backward", "stack": []})
+    report = analyze(session([r0, r1.end()], states={1: EXITED}))
+    assert report.verdict is Verdict.DEADLOCK
+    orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
+    assert "join" in orphan.hint
+
+
+def test_pending_async_op_while_computing_is_not_blocked():
+    # GIVEN rank 0 has a pending isend but its main thread runs Python code
+    r0, r1 = ranks(2)
+    op_id = r0.issue("send", 10, peer=1, **{"async": True})
+    r0.add({"k": "state", "t": 10**9, "pending": [op_id], "where": "python", "stack": []})
+    r1.call("send", 20, peer=0, complete=False)
+    assert analyze(session([r0, r1])).verdict is Verdict.OK
+
+
+def test_hang_suspect_reported_not_deadlock():
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 10, complete=False)
+    r1.add({"k": "state", "t": 5, "pending": [], "where": "python", "stack": [["t.py", 33, "f"]]})
+    report = analyze(session([r0, r1]), quiet={1: 120.0}, suspect_after=60)
+    assert report.verdict is Verdict.OK
+    assert kinds(report) == [FindingKind.HANG_SUSPECT]
+    assert "t.py:33" in report.findings[0].message
+
+
+@pytest.mark.parametrize("name", sorted(ANALYSES))
+def test_every_analysis_handles_the_empty_session(name):
+    empty = Session(traces={})
+    report = analyze(empty)
+    assert report.verdict is Verdict.OK
+    assert report.findings == ()

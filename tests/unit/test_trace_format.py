@@ -1,0 +1,108 @@
+"""The trace file format: header checks, truncation, corruption, sessions, tailing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dl2.errors import NoDataError
+from dl2.errors import TraceFormatError
+from dl2.live.tailer import TraceTailer
+from dl2.trace.format import FORMAT_VERSION
+from dl2.trace.format import MAGIC
+from dl2.trace.format import encode
+from dl2.trace.format import read_trace_file
+from dl2.trace.format import trace_file_name
+from dl2.trace.session import load_session
+
+
+def header(rank=0, world=2, **extra):
+    record = {
+        "k": "header",
+        "magic": MAGIC,
+        "format": FORMAT_VERSION,
+        "rank": rank,
+        "world_size": world,
+    }
+    record.update(extra)
+    return record
+
+
+def write(path, *records, tail=b""):
+    path.write_bytes(b"".join(encode(r) for r in records) + tail)
+    return path
+
+
+def test_round_trip(tmp_path):
+    path = write(tmp_path / trace_file_name(0, 1), header(), {"k": "op", "id": 1, "op": "send"})
+    trace = read_trace_file(path)
+    assert trace.rank == 0
+    assert trace.records == ({"k": "op", "id": 1, "op": "send"},)
+    assert trace.truncated is None
+
+
+def test_truncated_last_record_is_detected_not_fatal(tmp_path):
+    path = write(
+        tmp_path / "r.dl2.jsonl", header(), {"k": "op", "id": 1}, tail=b'{"k":"op","id":2,"op"'
+    )
+    trace = read_trace_file(path)
+    assert len(trace.records) == 1
+    assert "truncated" in trace.truncated
+
+
+def test_corrupt_middle_line_is_an_error(tmp_path):
+    path = tmp_path / "r.dl2.jsonl"
+    path.write_bytes(encode(header()) + b"garbage\n" + encode({"k": "end"}))
+    with pytest.raises(TraceFormatError, match=":2: corrupt record"):
+        read_trace_file(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "empty trace file"),
+        (b"hello world\n", "not a dl2 trace file"),
+        (b'{"magic": "dl2-trace"', "truncated header"),
+        (
+            json.dumps({"magic": MAGIC, "format": 999, "rank": 0, "world_size": 1}).encode()
+            + b"\n",
+            "version 999",
+        ),
+    ],
+)
+def test_bad_files(tmp_path, content, message):
+    path = tmp_path / "r.dl2.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(TraceFormatError, match=message):
+        read_trace_file(path)
+
+
+def test_load_session_errors(tmp_path):
+    with pytest.raises(NoDataError, match="no such run directory"):
+        load_session(tmp_path / "missing")
+    with pytest.raises(NoDataError, match="no dl2 trace files"):
+        load_session(tmp_path)
+
+
+def test_load_session_skips_one_bad_rank_with_a_warning(tmp_path):
+    write(tmp_path / trace_file_name(0, 1), header(0))
+    (tmp_path / trace_file_name(1, 2)).write_bytes(b"junk\n")
+    session = load_session(tmp_path)
+    assert session.ranks == [0]
+    assert any("not a dl2 trace" in w for w in session.warnings)
+    assert session.missing_ranks() == [1]
+
+
+def test_tailer_reads_appended_records_and_waits_for_partial_lines(tmp_path):
+    path = tmp_path / trace_file_name(0, 1)
+    write(path, header(), {"k": "op", "id": 1}, tail=b'{"k":"ret",')
+    tailer = TraceTailer(tmp_path)
+    assert tailer.refresh()
+    assert tailer.progress() == {0: 1}
+    with open(path, "ab") as handle:
+        handle.write(b'"id":1}\n' + encode({"k": "state", "pending": []}))
+    assert tailer.refresh()
+    # the watchdog's state record is not progress
+    assert tailer.progress() == {0: 2}
+    assert [r["k"] for r in tailer.traces()[0].records] == ["op", "ret", "state"]

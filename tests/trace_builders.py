@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from dl2.trace.format import FORMAT_VERSION
 from dl2.trace.format import MAGIC
 from dl2.trace.format import RankTrace
+from dl2.trace.format import encode
+from dl2.trace.format import trace_file_name
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 
@@ -78,6 +81,35 @@ class RankBuilder:
         self.wait(op_id, complete=complete)
         return op_id
 
+    def isend(self, line: int, peer: int, **fields: Any) -> int:
+        """An isend (async, not waited yet); return its id."""
+        return self.issue(
+            "send", line, peer=peer, api=fields.pop("api", "isend"), **{"async": True}, **fields
+        )
+
+    def irecv(self, line: int, peer: int | None, **fields: Any) -> int:
+        """An irecv (async, not waited yet; ``peer=None`` for any source); return its id."""
+        return self.issue(
+            "recv", line, peer=peer, api=fields.pop("api", "irecv"), **{"async": True}, **fields
+        )
+
+    def batch(self, ops: list[tuple[str, int, int]], **fields: Any) -> list[int]:
+        """Ops of one batch_isend_irecv, ``(op, peer, line)`` each: async, sharing the
+        first op's id as their batch id.  Returns their ids (wait on them after)."""
+        batch_id = self._next_id + 1
+        return [
+            self.issue(
+                op,
+                line,
+                peer=peer,
+                api="batch_isend_irecv",
+                batch=batch_id,
+                **{"async": True},
+                **fields,
+            )
+            for op, peer, line in ops
+        ]
+
     def create_group(self, gid: str, ranks: list[int], line: int = 1, complete: bool = True) -> int:
         op_id = self._id()
         self.records.append(
@@ -125,3 +157,14 @@ def ranks(world: int, file: str = "train.py") -> list[RankBuilder]:
 def session(builders: list[RankBuilder], states: dict[int, str] | None = None) -> Session:
     """A session from builders; ``states`` gives launcher-seen process states."""
     return build_session([b.trace() for b in builders], states or {})
+
+
+def write_run_dir(builders: list[RankBuilder], directory: Path) -> Path:
+    """Write each builder's trace as a rank's trace file in ``directory``; return it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for builder in builders:
+        trace = builder.trace()
+        lines = [encode(trace.header), *(encode(r) for r in trace.records)]
+        path = directory / trace_file_name(builder.rank, int(trace.header["pid"]))
+        path.write_bytes(b"".join(lines))
+    return directory

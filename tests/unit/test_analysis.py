@@ -134,10 +134,25 @@ def test_rank_exiting_early_orphans_the_waiter():
     r0.call("recv", 10, peer=1, complete=False)
     r1.end()
     report = analyze(session([r0, r1]))
-    assert report.verdict is Verdict.DEADLOCK
+    # gloo fails such ops ("Connection closed by peer") instead of hanging: a defect
+    assert report.verdict is Verdict.DEFECT
     orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
     assert orphan.ranks == (0, 1)
     assert orphan.ops[0].line == 10
+
+
+def test_op_failed_because_peer_exited_is_an_orphan_defect():
+    # GIVEN rank 0's all_reduce raised once rank 1 had exited without issuing it
+    r0, r1 = ranks(2)
+    op_id = r0.issue("all_reduce", 25)
+    r0.add({"k": "wait", "id": 50, "t": 9, "work": op_id, "tid": 1})
+    r0.add({"k": "ret", "id": 50, "t": 10, "err": "Connection closed by peer"})
+    report = analyze(session([r0, r1.end()], states={0: FAILED, 1: EXITED}))
+    assert report.verdict is Verdict.DEFECT
+    orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
+    assert orphan.ranks == (0, 1)
+    assert orphan.ops[0].line == 25
+    assert "Connection closed" in orphan.message
 
 
 def test_waiting_on_a_crashed_rank_is_a_job_failure():
@@ -204,7 +219,7 @@ def test_ddp_stall_in_backward_waits_on_exited_rank():
     op_id = r0.issue("all_reduce", 40, api=None, **{"async": True})
     r0.add({"k": "state", "t": 10**9, "pending": [op_id], "where": "backward", "stack": []})
     report = analyze(session([r0, r1.end()], states={1: EXITED}))
-    assert report.verdict is Verdict.DEADLOCK
+    assert report.verdict is Verdict.DEFECT
     orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
     assert "join" in orphan.hint
 

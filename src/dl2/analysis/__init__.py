@@ -9,14 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
 
 from dl2.analysis.deadlock import deadlock_findings
+from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.describe import op_ref
 from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
 from dl2.analysis.matching import nonmember_findings
 from dl2.analysis.matching import p2p_findings
+from dl2.analysis.potential import potential_deadlock_findings
 from dl2.analysis.report import Finding
 from dl2.analysis.report import FindingKind
 from dl2.analysis.report import RankState
@@ -44,16 +47,27 @@ class Context:
     job_ended: bool
     quiet: Mapping[int, float]
     suspect_after: float
+    #: warnings analyses add for the report (a search cut short, a step skipped)
+    notes: list[str] = field(default_factory=list)
+
+
+def _prediction(context: Context) -> list[Finding]:
+    """Potential deadlocks under other backend configurations, if none happened."""
+    findings, notes = potential_deadlock_findings(context.session, context.graph, context.wait_for)
+    context.notes.extend(notes)
+    return findings
 
 
 #: name -> analysis; each takes the shared context and returns its findings.
 ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "deadlock": lambda c: deadlock_findings(c.graph, c.wait_for),
+    "failed-ops": lambda c: failed_op_findings(c.graph, c.wait_for),
     "collectives": lambda c: collective_findings(c.graph, c.wait_for, c.job_ended),
     "groups": lambda c: group_findings(c.graph),
     "nonmember": lambda c: nonmember_findings(c.graph),
     "p2p": lambda c: p2p_findings(c.graph, c.job_ended),
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
+    "prediction": _prediction,
 }
 
 _DEFECT_KINDS = {
@@ -62,6 +76,7 @@ _DEFECT_KINDS = {
     FindingKind.P2P_UNMATCHED,
     FindingKind.GROUP_MISMATCH,
     FindingKind.NONMEMBER_CALL,
+    FindingKind.POTENTIAL_DEADLOCK,
 }
 
 
@@ -69,16 +84,18 @@ def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Ve
     kinds = {f.kind for f in findings}
     if FindingKind.DEADLOCK in kinds:
         return Verdict.DEADLOCK
-    orphaned_on_clean_exit = any(
-        wfg.status(t) == EXITED_STATUS for r in wfg.deadlocked for t in wfg.waits_on_exited(r)
-    )
-    if orphaned_on_clean_exit:
-        return Verdict.DEADLOCK
     if kinds & {
         FindingKind.COLLECTIVE_MISMATCH,
         FindingKind.GROUP_MISMATCH,
         FindingKind.NONMEMBER_CALL,
     }:
+        return Verdict.DEFECT
+    # A rank that left cleanly while others needed it: gloo fails their ops with
+    # "Connection closed by peer" rather than hanging, so this is a defect, not a hang.
+    if any(
+        f.kind is FindingKind.ORPHANED_WAIT and any(wfg.status(r) == EXITED_STATUS for r in f.ranks)
+        for f in findings
+    ):
         return Verdict.DEFECT
     if any_failed:
         return Verdict.JOB_FAILED
@@ -132,7 +149,7 @@ def analyze(
     for analysis in ANALYSES.values():
         findings.extend(analysis(context))
     any_failed = FAILED_STATUS in statuses
-    warnings = list(session.warnings)
+    warnings = list(session.warnings) + context.notes
     missing = session.missing_ranks()
     if missing:
         warnings.append(f"no trace from rank(s) {', '.join(map(str, missing))}")

@@ -12,9 +12,18 @@ from dl2.analysis.report import Finding
 from dl2.analysis.report import FindingKind
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
+from dl2.model.wait_for import EXITED_STATUS
+from dl2.model.wait_for import FAILED_STATUS
 from dl2.model.wait_for import Clause
 from dl2.model.wait_for import RankNode
 from dl2.model.wait_for import WaitForGraph
+from dl2.model.wait_for import clause_for
+
+_ORPHAN_HINT = (
+    "A rank exited while others still needed it: every rank must issue the same "
+    "communication before exiting (same number of steps, no early return)."
+)
+_DDP_HINT = " DDP issued this collective from backward: for uneven inputs use `with model.join():`."
 
 
 def _stuck_op(node: RankNode) -> Op:
@@ -136,15 +145,7 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
             f"Rank {rank} is blocked in {phrase(op)} ({where(op)}) waiting on "
             f"{rank_list(gone)}, which will never take part: {states}."
         )
-        hint = (
-            "A rank exited while others still needed it: every rank must issue the same "
-            "communication before exiting (same number of steps, no early return)."
-        )
-        if op.api is None and op.kind == "collective":
-            hint += (
-                " DDP issued this collective from backward: for uneven inputs use "
-                "`with model.join():`."
-            )
+        hint = _ORPHAN_HINT + (_DDP_HINT if op.api is None and op.kind == "collective" else "")
         findings.append(
             Finding(
                 kind=FindingKind.ORPHANED_WAIT,
@@ -166,6 +167,45 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
                 hint=_hint(ops, []),
             )
         )
+    return findings
+
+
+def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
+    """Ops that raised because a rank they needed had exited (gloo: "Connection closed").
+
+    gloo notices a peer's exit and fails the pending op instead of hanging; the root
+    cause is still the peer that left without taking part.
+    """
+    findings: list[Finding] = []
+    for rank, timeline in sorted(graph.timelines.items()):
+        if rank in wfg.deadlocked:
+            continue
+        for op in timeline.ops:
+            if op.error is None or op.completed:
+                continue
+            clause = clause_for(graph, op)
+            gone = [
+                t
+                for t in (clause.targets if clause else ())
+                if wfg.status(t) in (EXITED_STATUS, FAILED_STATUS)
+            ]
+            if not gone:
+                continue
+            states = ", ".join(f"rank {g} {wfg.status(g)}" for g in gone)
+            findings.append(
+                Finding(
+                    kind=FindingKind.ORPHANED_WAIT,
+                    ranks=tuple(sorted({rank, *gone})),
+                    ops=(op_ref(op),),
+                    message=(
+                        f"Rank {rank}'s {phrase(op)} ({where(op)}) failed because "
+                        f"{rank_list(gone)} will never take part ({states}): {op.error}"
+                    ),
+                    hint=_ORPHAN_HINT + (_DDP_HINT if op.api is None else ""),
+                    group=op.gid,
+                )
+            )
+            break
     return findings
 
 

@@ -154,6 +154,7 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
             for r in members
             if r in graph.timelines
         }
+        involved = tuple(members)
         if len(set(counts.values())) > 1:
             most = max(counts.values())
             short = [r for r, n in counts.items() if n < most]
@@ -170,12 +171,20 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
                 f"Ranks gave the group of ranks {list(members)} different names ({labels}): "
                 "some rank skipped an earlier new_group call."
             )
+        elif absent := _skipped_by_nonmembers(graph, members, by_rank):
+            involved = tuple(sorted({*members, *absent}))
+            finding_ops = tuple(_call_ref(r, by_rank[r][0], "new_group") for r in sorted(by_rank))
+            message = (
+                f"new_group(ranks={list(members)}) was called by {rank_list(sorted(by_rank))} "
+                f"but never by {rank_list(absent)}; every rank must call new_group, members or "
+                "not (unless use_local_synchronization=True), or later groups pair up wrongly."
+            )
         else:
             continue
         findings.append(
             Finding(
                 kind=FindingKind.GROUP_MISMATCH,
-                ranks=tuple(members),
+                ranks=involved,
                 ops=finding_ops,
                 message=message,
                 hint=(
@@ -185,6 +194,21 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
             )
         )
     return findings
+
+
+def _skipped_by_nonmembers(
+    graph: ExecutionGraph, members: tuple[int, ...], by_rank: dict[int, list[dict[str, Any]]]
+) -> list[int]:
+    """Traced ranks that never called a new_group that needed every rank.
+
+    torch names groups created with the default global synchronisation by a counter
+    ("1", "2", ...); use_local_synchronization=True gives a hashed name instead, and
+    then only members need to call.
+    """
+    names = [str(c.get("gid")) for r in members for c in by_rank.get(r, []) if c.get("gid")]
+    if not names or not all(name.isdigit() for name in names):
+        return []
+    return [r for r in graph.timelines if r not in by_rank]
 
 
 def nonmember_findings(graph: ExecutionGraph) -> list[Finding]:

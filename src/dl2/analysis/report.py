@@ -40,6 +40,9 @@ class FindingKind(str, Enum):
     NONMEMBER_CALL = "nonmember-call"
     #: a rank others wait on is itself outside communication (compute, I/O, a lock)
     HANG_SUSPECT = "hang-suspect"
+    #: no deadlock in this run, but one under another backend configuration (eager
+    #: buffer size, fusion grouping, wildcard match, completion order)
+    POTENTIAL_DEADLOCK = "potential-deadlock"
 
 
 @dataclass(frozen=True)

@@ -33,9 +33,10 @@ class _Parser(argparse.ArgumentParser):
 def _commands() -> list[Command]:
     from dl2.cli.analyze import AnalyzeCommand
     from dl2.cli.dump import DumpCommand
+    from dl2.cli.predict import PredictCommand
     from dl2.cli.run import RunCommand
 
-    return [RunCommand(), AnalyzeCommand(), DumpCommand()]
+    return [RunCommand(), AnalyzeCommand(), DumpCommand(), PredictCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

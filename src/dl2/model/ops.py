@@ -60,11 +60,15 @@ class Op:
     splits: tuple[tuple[int, ...], ...] | None = None
     ranks: tuple[int, ...] | None = None
     is_async: bool = False
+    batch: int | None = None  # ops of one batch_isend_irecv / coalescing block share it
     stack: tuple[Frame, ...] = ()
     issued: bool = False
     completed: bool = False
     error: str | None = None
     src: int | None = None  # matched sender of a completed wildcard recv
+    #: where the rank first waited on it: the number of its ops issued before that
+    #: ``wait`` record (so at least ``index + 1``); None if the trace has no wait on it
+    waited_at: int | None = None
 
     @property
     def kind(self) -> str:
@@ -167,6 +171,9 @@ def build_timeline(trace: RankTrace) -> Timeline:
             last_activity_pos = pos
         elif kind == "wait" and isinstance(rec.get("id"), int):
             waits[rec["id"]] = int(rec.get("work", -1))
+            target = fields.get(waits[rec["id"]])
+            if target is not None and "waited_at" not in target:
+                target["waited_at"] = len(order)
             open_calls.append(rec["id"])
             last_activity_pos = pos
         elif kind == "ret" and isinstance(rec.get("id"), int):
@@ -175,7 +182,9 @@ def build_timeline(trace: RankTrace) -> Timeline:
                 open_calls.remove(rid)
             if rid in waits:
                 target = fields.get(waits[rid])
-                if target is not None and not rec.get("err"):
+                if target is not None and rec.get("err"):
+                    target["error"] = str(rec["err"])
+                elif target is not None:
                     target["completed"] = True
                     if rec.get("src") is not None:
                         target["src"] = rec["src"]
@@ -225,11 +234,13 @@ def build_timeline(trace: RankTrace) -> Timeline:
             splits=_splits(rec.get("splits")),
             ranks=tuple(int(r) for r in ranks) if isinstance(ranks, list) else None,
             is_async=bool(rec.get("async")),
+            batch=_opt_int(rec.get("batch")),
             stack=_frames(rec.get("stack")),
             issued=info["issued"],
             completed=info["completed"],
             error=info.get("error"),
             src=_opt_int(info.get("src")),
+            waited_at=info.get("waited_at"),
         )
         ops.append(op)
         by_id[op_id] = op

@@ -21,35 +21,48 @@ Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
 ``op``       a communication call on a process group, written *before* it is issued::
 
                id, t, tid (thread ident), gid (group name), seq (per-group index of this
-               collective, or of this P2P op on its (peer, direction) channel),
+               collective, or of this P2P op on its (peer, direction) channel; null for
+               create_group),
                op      all_reduce | broadcast | reduce | all_gather | all_gather_into_tensor |
                        gather | scatter | reduce_scatter | reduce_scatter_tensor | all_to_all |
                        all_to_all_single | barrier | monitored_barrier |
                        all_reduce_coalesced | all_gather_coalesced |
+                       all_gather_into_tensor_coalesced | reduce_scatter_tensor_coalesced |
                        send | recv | create_group
+                       (the two *_tensor_coalesced ops are what _coalescing_manager and, in
+                       torch 2.13, the functional collectives issue, even for one tensor)
                api     the torch.distributed function the user called (all_gather_object,
                        batch_isend_irecv, ...) or null when issued from C++ (DDP)
                peer    P2P: global rank of the other side; null for a wildcard recv
                root    broadcast/reduce/gather/scatter: global rank of the root
                tag     P2P tag;  redop: "sum", "max", ...;  dtype: "float32", ...
-               count   elements of the input (per rank); splits: all_to_all split sizes
-                       [input splits, output splits]
+               count   elements of the input (per rank; summed over the tensors of list
+                       and coalesced forms; for scatter, the output, as only the root has
+                       an input); splits: all_to_all split sizes [input splits, output
+                       splits], in elements, one per rank (even splits written out)
                ranks   create_group: global ranks of the new group
                async   true if the user asked for async_op / isend / irecv
+               batch   ops issued by one batch_isend_irecv call (or coalescing block) share
+                       this id (the id of the batch's first op); null otherwise
                stack   [[file, line, function], ...] user frames, innermost first
+             Fields that do not apply to an op are absent (a wildcard recv has "peer": null).
 
 ``ret``      the call returned: ``id``, ``t``; ``err`` (str) if it raised.  For an op
              this means *issued* (the work may still be pending); for a wait, *completed*.
              A wait's ``ret`` carries ``src``, the matched sender of a wildcard recv.
+             A wait's ``ret`` may share the write of the next record, or be written by the
+             watchdog up to one period (0.2 s) later; its ``t`` is when the wait returned.
 ``wait``     ``id``, ``t``, ``tid``, ``work`` (the op id waited on), ``stack``.
-``done``     an async op was seen complete: ``id`` (the op id), ``t``, ``src``.
+``done``     an async op was seen complete: ``id`` (the op id), ``t``, ``src`` (a wildcard
+             recv only).
 ``newgroup`` a call of new_group by any rank, member or not: ``id``, ``t``, ``ranks``
              (null means all), ``gid`` (null for a non-member), ``stack``.
 ``nonmember`` a collective called on a group this rank is not a member of (torch skips it
              silently): ``t``, ``api``, ``stack``.
 ``state``    the watchdog's view while the rank is quiet: ``t``, ``pending`` (ids of
-             issued ops not yet complete), ``where`` ("backward", "comm", "python"),
-             ``stack`` (main thread, innermost first).
+             issued ops not yet complete: async ops not seen done, and the blocking op a
+             thread is waiting on), ``where`` ("backward", "comm", "python"), ``stack``
+             (the thread that issued the last op, else the main thread; innermost first).
 ``end``      the rank is shutting down cleanly: ``t``, ``how`` ("exit" | "destroy").
 """
 

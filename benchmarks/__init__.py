@@ -1,0 +1,1 @@
+"""dl2's benchmarks (not tests): ``python -m benchmarks [SUITE ...] [--quick]``."""

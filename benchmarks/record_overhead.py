@@ -1,0 +1,275 @@
+"""What recording costs: per small all_reduce, and per DDP training step.
+
+Run ``python benchmarks/record_overhead.py`` (about a minute; killed after
+``HARD_TIMEOUT_S``).  It starts a 2-rank gloo job on 127.0.0.1 whose ranks hold two
+process groups over the same ranks: the default group, recorded by dl2, and a plain gloo
+group built while dl2's backend swap is turned off.  Work on the two alternates block by
+block, so both see the same machine load, and the figures are medians of per-block
+differences:
+
+* per-op cost: 2000 all_reduce of 8 float32 on each group (20 blocks of 100), wall time
+  and the calling thread's CPU time (the CPU figure is less sensitive to a busy machine);
+* recording cost alone: the same calls on the recorded group with gloo replaced by a
+  work that is already complete, with recording on vs off (no network, no scheduling);
+* DDP: a GPT-2-like stack (embedding, 2 transformer blocks of width 128, LM head),
+  one DDP model per group, steps alternating; the step-time ratio recorded / plain.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+HARD_TIMEOUT_S = 240
+WORLD = 2
+BLOCKS, BLOCK_OPS = 40, 50  # 2000 ops per group
+DDP_WARMUP, DDP_STEPS = 4, 32
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# -- the ranks ----------------------------------------------------------------------------
+
+
+def _per_op(fn: Any, n: int) -> tuple[float, float]:
+    """(wall µs, calling-thread CPU µs) per call of ``fn`` over ``n`` calls."""
+    c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter_ns() - t0) / n / 1e3, (time.thread_time_ns() - c0) / n / 1e3
+
+
+def _gpt2ish() -> Any:
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.attn = nn.MultiheadAttention(width, 4, batch_first=True)
+            self.ln1, self.ln2 = nn.LayerNorm(width), nn.LayerNorm(width)
+            self.mlp = nn.Sequential(
+                nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)
+            )
+
+        def forward(self, x: Any) -> Any:
+            h = self.ln1(x)
+            x = x + self.attn(h, h, h, need_weights=False)[0]
+            return x + self.mlp(self.ln2(x))
+
+    class Model(nn.Module):
+        def __init__(self, vocab: int = 512, width: int = 128, layers: int = 2) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(vocab, width)
+            self.blocks = nn.Sequential(*(Block(width) for _ in range(layers)))
+            self.head = nn.Linear(width, vocab)
+
+        def forward(self, tokens: Any) -> Any:
+            return self.head(self.blocks(self.embed(tokens)))
+
+    torch.manual_seed(0)
+    return Model()
+
+
+def rank_main(out_path: str) -> None:
+    faulthandler.dump_traceback_later(HARD_TIMEOUT_S - 10, exit=True)
+    import dl2.record
+
+    install_module = importlib.import_module("dl2.record.install")
+    assert dl2.record.install(os.environ["BENCH_RUN_DIR"])
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    recorded = dist.group.WORLD
+    with mock.patch.object(install_module, "translate_backend", lambda backend: None):
+        plain = dist.new_group(backend="gloo")
+    assert type(recorded).__name__ == "RecordingProcessGroup"
+    assert type(plain).__name__ == "ProcessGroup"
+    result: dict[str, Any] = {"torch": torch.__version__}
+
+    # Per-op: interleaved blocks of small all_reduce.
+    t = torch.ones(8)
+    for group in (recorded, plain) * 3:  # warm up both
+        _per_op(lambda g=group: dist.all_reduce(t, group=g), 50)
+    wall: dict[str, list[float]] = {"rec": [], "plain": []}
+    cpu: dict[str, list[float]] = {"rec": [], "plain": []}
+    for block in range(BLOCKS):
+        order = (("rec", recorded), ("plain", plain))
+        for name, group in order if block % 2 == 0 else order[::-1]:  # ABBA...
+            dist.barrier(group=plain)
+            w, c = _per_op(lambda g=group: dist.all_reduce(t, group=g), BLOCK_OPS)
+            wall[name].append(w)
+            cpu[name].append(c)
+    result["op"] = {"wall": wall, "cpu": cpu}
+
+    # Recording cost alone: gloo swapped for an already-complete work, recording on/off.
+    work = recorded._dl2_inner.allreduce([t])
+    work.wait()
+
+    class Complete:
+        def allreduce(self, *args: Any, **kwargs: Any) -> Any:
+            return work
+
+    rec = recorded._dl2_rec
+    inner, fd = recorded._dl2_inner, rec.fd
+    recorded._dl2_inner = Complete()  # type: ignore
+    alone: dict[str, list[float]] = {"on": [], "off": []}
+    try:
+        for _ in range(BLOCKS):
+            for name, on in (("on", True), ("off", False)):
+                rec.fd = fd if on else -1
+                alone[name].append(_per_op(lambda: dist.all_reduce(t, group=recorded), 500)[0])
+    finally:
+        rec.fd, recorded._dl2_inner = fd, inner
+    result["alone"] = alone
+
+    # DDP: one model per group, steps alternating.
+    models = {}
+    for name, group in (("rec", recorded), ("plain", plain)):
+        models[name] = DistributedDataParallel(_gpt2ish(), process_group=group, bucket_cap_mb=1)
+    optims = {n: torch.optim.SGD(m.parameters(), lr=0.01) for n, m in models.items()}
+    torch.manual_seed(1 + rank)
+    tokens = torch.randint(0, 512, (4, 64))
+    steps: dict[str, list[float]] = {"rec": [], "plain": []}
+    step_cpu: dict[str, list[float]] = {"rec": [], "plain": []}
+    params = sum(p.numel() for p in models["rec"].parameters())
+    for step in range(DDP_WARMUP + DDP_STEPS):
+        order = ("rec", "plain") if step % 2 == 0 else ("plain", "rec")
+        for name in order:
+            dist.barrier(group=plain)
+            c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+            logits = models[name](tokens)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+            loss.backward()
+            optims[name].step()
+            optims[name].zero_grad()
+            if step >= DDP_WARMUP:
+                steps[name].append((time.perf_counter_ns() - t0) / 1e6)
+                step_cpu[name].append((time.thread_time_ns() - c0) / 1e6)
+    result["ddp"] = {"steps": steps, "cpu": step_cpu, "params": params}
+    dist.destroy_process_group()
+    if rank == 0:
+        Path(out_path).write_text(json.dumps(result))
+
+
+# -- the launcher -------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _median_delta(a: list[float], b: list[float]) -> float:
+    return statistics.median(x - y for x, y in zip(a, b, strict=True))
+
+
+def report(result: dict[str, Any], trace_dir: Path) -> str:
+    wall, cpu = result["op"]["wall"], result["op"]["cpu"]
+    alone = result["alone"]
+    steps, step_cpu = result["ddp"]["steps"], result["ddp"]["cpu"]
+
+    def ratio(figures: dict[str, list[float]]) -> float:
+        return statistics.median(figures["rec"]) / statistics.median(figures["plain"])
+
+    lines = [
+        f"dl2 recording overhead: torch {result['torch']}, gloo, {WORLD} ranks on 127.0.0.1, "
+        "OMP_NUM_THREADS=1",
+        f"all_reduce of 8 float32, {BLOCKS} interleaved blocks of {BLOCK_OPS} per group "
+        f"({BLOCKS * BLOCK_OPS} ops each):",
+        f"  wall per op:        plain {statistics.median(wall['plain']):7.1f} us   "
+        f"recorded {statistics.median(wall['rec']):7.1f} us   "
+        f"median delta {_median_delta(wall['rec'], wall['plain']):+6.1f} us",
+        f"  caller CPU per op:  plain {statistics.median(cpu['plain']):7.1f} us   "
+        f"recorded {statistics.median(cpu['rec']):7.1f} us   "
+        f"median delta {_median_delta(cpu['rec'], cpu['plain']):+6.1f} us",
+        f"  recording alone (gloo replaced by a complete work, on vs off): "
+        f"median {_median_delta(alone['on'], alone['off']):.1f} us, "
+        f"best {min(alone['on']) - min(alone['off']):.1f} us per op",
+        f"DDP, GPT-2-like ({result['ddp']['params'] / 1e6:.2f} M params, bucket 1 MB, "
+        f"{_ops_per_ddp_step(trace_dir)} recorded collectives per step), "
+        f"{DDP_STEPS} interleaved steps:",
+        f"  step wall: plain {statistics.median(steps['plain']):.1f} ms   "
+        f"recorded {statistics.median(steps['rec']):.1f} ms   ratio {ratio(steps):.3f}",
+        f"  step CPU:  plain {statistics.median(step_cpu['plain']):.1f} ms   "
+        f"recorded {statistics.median(step_cpu['rec']):.1f} ms   ratio {ratio(step_cpu):.3f}",
+    ]
+    return "\n".join(lines)
+
+
+def _ops_per_ddp_step(trace_dir: Path) -> str:
+    try:
+        from dl2.trace.format import read_trace_file
+
+        (path,) = sorted(trace_dir.glob("rank00000.*"))
+        records = read_trace_file(path).records
+        grads = [
+            r for r in records if r["k"] == "op" and r["op"] == "all_reduce" and r["api"] is None
+        ]
+        return f"{len(grads) / (DDP_WARMUP + DDP_STEPS):.0f}"
+    except Exception:
+        return "?"
+
+
+def main() -> int:
+    deadline = time.monotonic() + HARD_TIMEOUT_S
+    with tempfile.TemporaryDirectory(prefix="dl2-bench-") as tmp:
+        out = Path(tmp) / "result.json"
+        env = dict(os.environ)
+        env.update(
+            OMP_NUM_THREADS="1",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(_free_port()),
+            WORLD_SIZE=str(WORLD),
+            BENCH_RUN_DIR=str(Path(tmp) / "run"),
+            PYTHONPATH=os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")]),
+            PYTHONWARNINGS="ignore",
+        )
+        env.pop("DL2_RUN_DIR", None)
+        procs = [
+            subprocess.Popen(
+                [sys.executable, __file__, "--rank", str(out)],
+                env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                start_new_session=True,
+            )
+            for r in range(WORLD)
+        ]
+        try:
+            for proc in procs:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(f"benchmark timed out after {HARD_TIMEOUT_S} s", file=sys.stderr)
+            return 1
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        if any(p.returncode != 0 for p in procs) or not out.exists():
+            print("benchmark failed", file=sys.stderr)
+            return 1
+        print(report(json.loads(out.read_text()), Path(tmp) / "run"))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--rank":
+        rank_main(sys.argv[2])
+    else:
+        sys.exit(main())

@@ -1,0 +1,358 @@
+"""Turn recording on inside a process: register the "dl2" backend and patch group creation.
+
+:func:`install` patches ``torch.distributed.distributed_c10d._new_process_group_helper``,
+the one function every group creation goes through (``init_process_group``,
+``new_group``, ``new_subgroups``, DeviceMesh), so that a group whose backend is gloo on
+every device it uses is built by the "dl2" backend instead, i.e. as a
+:class:`~dl2.record.pg.RecordingProcessGroup` around gloo.  User code is unchanged: the
+group's entry in ``_world.pg_map`` keeps the backend name the user asked for, so
+``dist.get_backend()`` still says "gloo" (and ``monitored_barrier``, which checks it,
+still works).
+
+It also records ``newgroup`` for every caller of a group creation, ``nonmember`` when a
+rank calls a collective on a group it is not in, and ``end`` at
+``destroy_process_group`` and at exit; and it wraps ``batch_isend_irecv`` so that the
+ops of one batch share a ``batch`` id.
+
+Every patch is wrapped so that a failure in dl2 leaves the job's behaviour unchanged.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import inspect
+import json
+import os
+import sys
+import threading
+import time
+import warnings
+from typing import Any
+
+from dl2.record import recorder as _recorder_mod
+from dl2.record.recorder import Recorder
+from dl2.record.recorder import compact
+from dl2.record.stack import capture
+from dl2.record.stack import user_stack
+
+_now = time.monotonic_ns
+
+BACKEND_NAME = "dl2"
+ENV_RUN_DIR = "DL2_RUN_DIR"
+ENV_DISABLE = "DL2_DISABLE"
+
+
+class _Installed:
+    """What install() changed, so uninstall() can undo it."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.patches: list[tuple[Any, str, Any]] = []  # (object, attribute, original)
+        self.helper_signature: inspect.Signature | None = None
+
+    def patch(self, obj: Any, name: str, new: Any) -> Any:
+        original = getattr(obj, name)
+        self.patches.append((obj, name, original))
+        setattr(obj, name, new)
+        return original
+
+
+_INSTALLED: _Installed | None = None
+_REGISTERED = False
+_AT_EXIT_REGISTERED = False
+_FORK_HOOK_REGISTERED = False
+
+
+def is_installed() -> bool:
+    """True while recording is installed in this process."""
+    return _INSTALLED is not None
+
+
+def recorder() -> Recorder | None:
+    """The process's recorder, or None when not installed."""
+    return _INSTALLED.recorder if _INSTALLED is not None else None
+
+
+def install(run_dir: str | None = None) -> bool:
+    """Record this process's torch.distributed communication into ``run_dir``.
+
+    Args:
+        run_dir: the trace directory; defaults to ``$DL2_RUN_DIR``.
+
+    Returns:
+        True if recording is (now or already) installed; False when there is no run
+        directory, ``DL2_DISABLE=1`` is set, torch.distributed is unavailable, or the
+        install failed (a one-line notice on stderr says why; the job is untouched).
+    """
+    global _INSTALLED
+    if _INSTALLED is not None:
+        return True
+    run_dir = run_dir or os.environ.get(ENV_RUN_DIR)
+    if not run_dir or os.environ.get(ENV_DISABLE, "") not in ("", "0"):
+        return False
+    state: _Installed | None = None
+    try:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return False
+        rec = Recorder(os.path.abspath(run_dir))
+        state = _Installed(rec)
+        _register_backend(dist)
+        _patch(state, dist)
+        _INSTALLED = state
+        _recorder_mod.RECORDER = rec
+        _register_process_hooks()
+        return True
+    except Exception as err:
+        if state is not None:
+            _undo(state)
+        _notice(f"recording not installed: {err!r}; the job continues")
+        return False
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (for tests): restore torch, stop the watchdog, close the file.
+
+    The "dl2" backend stays registered (torch cannot unregister one); groups created
+    with it afterwards are still gloo groups, recorded into nothing.
+    """
+    global _INSTALLED
+    state = _INSTALLED
+    if state is None:
+        return
+    _INSTALLED = None
+    _undo(state)
+    rec = state.recorder
+    watchdog = rec.watchdog
+    if watchdog is not None:
+        watchdog.stop()
+    rec.close()
+    rec.writer = None
+    if _recorder_mod.RECORDER is rec:
+        _recorder_mod.RECORDER = None
+
+
+def _undo(state: _Installed) -> None:
+    for obj, name, original in reversed(state.patches):
+        try:
+            setattr(obj, name, original)
+        except Exception:
+            pass
+    state.patches.clear()
+
+
+def _notice(message: str) -> None:
+    try:
+        print(f"dl2: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+# -- the backend ----------------------------------------------------------------------
+
+
+_INACTIVE = Recorder("")
+
+
+def _create(dist_opts: Any, backend_options: Any) -> Any:
+    """The registered creator: dispatches to the installed recorder (if any)."""
+    from dl2.record.pg import create_group
+
+    state = _INSTALLED
+    return create_group(state.recorder if state else _INACTIVE, dist_opts, backend_options)
+
+
+def _register_backend(dist: Any) -> None:
+    global _REGISTERED
+    if not _REGISTERED:
+        dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+        _REGISTERED = True
+
+
+def translate_backend(backend: Any) -> str | None:
+    """BACKEND_NAME if a group asked with ``backend`` would use only gloo; else None.
+
+    "gloo", None/"undefined" on a machine without an accelerator, and "cpu:gloo,..."
+    whose other devices cannot be used here (no CUDA device, but NCCL built in, so that
+    torch itself would have accepted the string) all become the recording backend.
+    """
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import BackendConfig
+
+    name = str(backend).lower() if backend is not None else "undefined"
+    if name == BACKEND_NAME:
+        return None
+    device_map = BackendConfig(dist.Backend(name)).get_device_backend_map()
+    used = {}
+    for device, device_backend in device_map.items():
+        if str(device_backend).lower() == "gloo":
+            used[device] = "gloo"
+        elif device == "cuda" and not torch.cuda.is_available() and dist.is_nccl_available():
+            continue  # torch would build NCCL lazily and never use it on this machine
+        else:
+            return None
+    return BACKEND_NAME if "cpu" in used else None
+
+
+# -- the patches ----------------------------------------------------------------------
+
+
+def _patch(state: _Installed, dist: Any) -> None:
+    c10d = dist.distributed_c10d
+    original_helper = c10d._new_process_group_helper
+    state.helper_signature = inspect.signature(original_helper)
+    original_warn = c10d._warn_not_in_group
+    original_destroy = c10d.destroy_process_group
+    rec = state.recorder
+
+    def _new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            prepared = _prepare_group(state, c10d, sys._getframe(1), args, kwargs)
+        except Exception:
+            prepared = None
+        if prepared is None:
+            return original_helper(*args, **kwargs)
+        call_args, call_kwargs, original_backend = prepared
+        try:
+            result = original_helper(*call_args, **call_kwargs)
+        finally:
+            rec.local.group_ctx = None
+        if original_backend is not None:
+            _restore_backend_name(c10d, result, original_backend)
+        return result
+
+    def _warn_not_in_group(op_name: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if rec.active:
+                stack = user_stack(sys._getframe(1))
+                rec.emit(
+                    f'{{"k":"nonmember","t":{_now()},"api":{json.dumps(str(op_name))},'
+                    f'"stack":{stack}}}\n'
+                )
+        except Exception:
+            pass
+        if args or kwargs:
+            return original_warn(op_name, *args, **kwargs)
+        # torch's own text and level, one frame further up (calling the original from
+        # here would point the warning at this file instead of the caller's line).
+        world = c10d.GroupMember.WORLD
+        global_rank = -1 if world is None else world.rank()
+        warnings.warn(
+            f"Running {op_name} on global rank {global_rank} which does not "
+            "belong to the given group.",
+            stacklevel=3,
+        )
+        return None
+
+    def destroy_process_group(group: Any = None, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if group is None or group is c10d.GroupMember.WORLD:
+                rec.end("destroy")
+        except Exception:
+            pass
+        return original_destroy(group, *args, **kwargs)
+
+    original_batch = c10d.batch_isend_irecv
+
+    @functools.wraps(original_batch)
+    def batch_isend_irecv(*args: Any, **kwargs: Any) -> Any:
+        # The P2P ops issued inside share a batch id: the id of the first one.
+        tid = threading.get_ident()
+        rec.batches[tid] = [0]
+        try:
+            return original_batch(*args, **kwargs)
+        finally:
+            rec.batches.pop(tid, None)
+
+    destroy_process_group.__doc__ = original_destroy.__doc__
+    state.patch(c10d, "_new_process_group_helper", _new_process_group_helper)
+    state.patch(c10d, "_warn_not_in_group", _warn_not_in_group)
+    state.patch(c10d, "destroy_process_group", destroy_process_group)
+    if getattr(dist, "destroy_process_group", None) is original_destroy:
+        state.patch(dist, "destroy_process_group", destroy_process_group)
+    state.patch(c10d, "batch_isend_irecv", batch_isend_irecv)
+    if getattr(dist, "batch_isend_irecv", None) is original_batch:
+        state.patch(dist, "batch_isend_irecv", batch_isend_irecv)
+
+
+def _prepare_group(
+    state: _Installed, c10d: Any, frame: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any], Any] | None:
+    """Record ``newgroup``, stash the caller's stack for ``create_group``, and swap a
+    gloo backend for the recording one.  Returns the arguments to call with."""
+    rec = state.recorder
+    signature = state.helper_signature
+    if signature is None:
+        return None
+    bound = signature.bind(*args, **kwargs)
+    arguments = bound.arguments
+    backend = arguments.get("backend")
+    new_backend = translate_backend(backend)
+    original_backend = None
+    if new_backend is not None:
+        arguments["backend"] = c10d.Backend(new_backend)
+        original_backend = backend
+    api, stack = capture(frame)
+    rec.local.group_ctx = (api, stack)
+    ranks = [int(r) for r in arguments.get("global_ranks_in_group") or []]
+    if ranks and rec.active and c10d.GroupMember.WORLD is not None:
+        my_rank = c10d.GroupMember.WORLD.rank()
+        gid = json.dumps(str(arguments.get("group_name"))) if my_rank in ranks else "null"
+        rec.emit(
+            f'{{"k":"newgroup","id":{next(rec.ids)},"t":{_now()},"ranks":{compact(ranks)},'
+            f'"gid":{gid},"stack":{stack}}}\n'
+        )
+    return bound.args, bound.kwargs, original_backend
+
+
+def _restore_backend_name(c10d: Any, result: Any, original_backend: Any) -> None:
+    """Put the user's backend name back in the world's maps (for get_backend())."""
+    try:
+        pg, _store = result
+        world = c10d._world
+        if pg in world.pg_map:
+            world.pg_map[pg] = (original_backend, world.pg_map[pg][1])
+            world.pg_backend_config[pg] = str(c10d.BackendConfig(original_backend))
+    except Exception:
+        pass
+
+
+# -- process life ---------------------------------------------------------------------
+
+
+def _at_exit() -> None:
+    state = _INSTALLED
+    if state is None:
+        return
+    try:
+        rec = state.recorder
+        if rec.watchdog is not None:
+            rec.watchdog.stop()
+        rec.end("exit")
+    except Exception:
+        pass
+
+
+def _after_fork_in_child() -> None:
+    state = _INSTALLED
+    if state is None:
+        return
+    try:
+        rec = state.recorder
+        rec.close()  # the child's copy of the descriptor only
+        rec.reset_after_fork()
+    except Exception:
+        pass
+
+
+def _register_process_hooks() -> None:
+    global _AT_EXIT_REGISTERED, _FORK_HOOK_REGISTERED
+    if not _AT_EXIT_REGISTERED:
+        atexit.register(_at_exit)
+        _AT_EXIT_REGISTERED = True
+    if not _FORK_HOOK_REGISTERED and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _FORK_HOOK_REGISTERED = True

@@ -1,0 +1,239 @@
+"""The recorder of one process: its trace writer, record ids and pending async works.
+
+There is one :class:`Recorder` per process (``RECORDER``), created by
+:func:`dl2.record.install`.  The trace file is opened when the default process group is
+created, because only then is the global rank known.  Everything here is careful never
+to raise into the job: recording errors cost the record, never the run.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from dl2.record.writer import TraceWriter
+
+_now = time.monotonic_ns
+
+# Pending works are polled (is_completed) and pruned when the dict grows past this.
+PRUNE_AT = 64
+
+
+class Recorder:
+    """Per-process recording state.
+
+    Args:
+        run_dir: the directory trace files are written to.
+
+    Attributes:
+        writer: the open trace writer, or None before the default group exists.
+        pending: op id -> (gloo's work, the group's global ranks for a wildcard recv or
+            None) for async ops not yet waited on and not yet seen complete.
+        blocking: thread id -> the blocking op that thread is waiting on.
+        last_tid: the thread that issued the last op.
+        ended: True once an ``end`` record with how="exit" was written.
+        local: per-thread context (the caller's stack while a group is created).
+    """
+
+    def __init__(self, run_dir: str) -> None:
+        self.run_dir = run_dir
+        self.writer: TraceWriter | None = None
+        self.fd = -1  # the writer's descriptor while it is enabled, else -1
+        # Record lines held back to share the next write (see ret_later); deque appends
+        # and pops are atomic, so threads can drain it without a lock.
+        self.tail: collections.deque[str] = collections.deque()
+        self.ids = itertools.count(1)
+        self.pending: dict[int, tuple[Any, list[int] | None]] = {}
+        self.blocking: dict[int, int] = {}  # thread id -> blocking op it is waiting on
+        # thread id -> [batch id] while that thread is inside batch_isend_irecv (the id
+        # of the batch's first op, 0 until it is issued).  Empty almost always.
+        self.batches: dict[int, list[int]] = {}
+        self.last_tid = 0  # the thread that issued the last op (the watchdog watches it)
+        self.ended = False
+        self.local = threading.local()
+        self.watchdog: Any = None
+
+    # -- the trace file ---------------------------------------------------------------
+
+    def open(self, rank: int, world_size: int, torch_version: str) -> None:
+        """Open (or keep) this process's trace file for global ``rank``."""
+        writer = self.writer
+        if writer is not None and writer.rank == rank and writer.pid == os.getpid():
+            return
+        if writer is not None:
+            writer.close()
+        self.writer = TraceWriter(self.run_dir, rank, world_size, "gloo", torch_version)
+        self.fd = self.writer.fd
+        self.ended = False
+        if self.writer.enabled and self.watchdog is None:
+            try:
+                from dl2.record.watchdog import Watchdog
+
+                self.watchdog = Watchdog(self)
+                self.watchdog.start()
+            except Exception as err:  # the watchdog is optional
+                _warn(f"watchdog not started: {err!r}")
+
+    @property
+    def active(self) -> bool:
+        """True while records can be written."""
+        return self.fd >= 0
+
+    def emit(self, line: str) -> None:
+        """Append one encoded record line (JSON object plus newline) in one write,
+        preceded by any held-back lines."""
+        fd = self.fd
+        if fd >= 0:
+            if self.tail:
+                line = self._drain() + line
+            try:
+                os.write(fd, line.encode())
+            except OSError as err:
+                self.fail(err)
+
+    def ret_later(self, oid: int, src: int | None) -> None:
+        """A ``ret`` that may wait for the next write (at most one watchdog period).
+
+        The ``ret`` of a completed wait is the one record after which nothing is
+        issued, so it can share the next record's write instead of costing a syscall of
+        its own; the watchdog and the exit hook flush it when no record follows.
+        """
+        tail = f',"src":{src}' if src is not None else ""
+        self.tail.append(f'{{"k":"ret","id":{oid},"t":{_now()}{tail}}}\n')
+
+    def flush(self) -> None:
+        """Write the held-back lines now."""
+        if self.tail and self.fd >= 0:
+            self.emit("")
+
+    def _drain(self) -> str:
+        tail = self.tail
+        if len(tail) == 1:
+            try:
+                return tail.popleft()
+            except IndexError:  # drained by another thread meanwhile
+                return ""
+        parts = []
+        try:
+            while True:
+                parts.append(tail.popleft())
+        except IndexError:
+            pass
+        return "".join(parts)
+
+    def fail(self, err: OSError) -> None:
+        """A write failed: stop recording (the writer prints the one-line notice)."""
+        self.fd = -1
+        if self.writer is not None:
+            self.writer.fail(err)
+
+    def close(self) -> None:
+        """Stop recording and close the file (held-back lines are written first)."""
+        self.flush()
+        self.fd = -1
+        if self.writer is not None:
+            self.writer.close()
+
+    # -- records that are not ops -------------------------------------------------------
+
+    def ret(self, oid: int, err: BaseException | None = None, src: int | None = None) -> None:
+        """The ``ret`` record of op or wait ``oid``."""
+        if err is not None:
+            self.emit(f'{{"k":"ret","id":{oid},"t":{_now()},"err":{_json_str(_describe(err))}}}\n')
+        elif src is not None:
+            self.emit(f'{{"k":"ret","id":{oid},"t":{_now()},"src":{src}}}\n')
+        else:
+            self.emit(f'{{"k":"ret","id":{oid},"t":{_now()}}}\n')
+
+    def done(self, oid: int, src: int | None = None) -> None:
+        """The ``done`` record of async op ``oid`` seen complete."""
+        tail = f',"src":{src}' if src is not None else ""
+        self.emit(f'{{"k":"done","id":{oid},"t":{_now()}{tail}}}\n')
+
+    def end(self, how: str) -> None:
+        """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
+        if not self.active:
+            return
+        if how == "exit":
+            if self.ended:
+                return
+            self.ended = True
+        self.emit(f'{{"k":"end","t":{_now()},"how":"{how}"}}\n')
+
+    # -- pending async works ----------------------------------------------------------
+
+    def add_pending(self, oid: int, work: Any, anysource_ranks: list[int] | None) -> None:
+        pending = self.pending
+        pending[oid] = (work, anysource_ranks)
+        if len(pending) >= PRUNE_AT:
+            self.poll_pending()
+
+    def poll_pending(self) -> list[int]:
+        """Drop completed works (writing their ``done``); return the ids still pending."""
+        still: list[int] = []
+        for oid, (work, anyranks) in list(self.pending.items()):
+            try:
+                completed = work.is_completed()
+            except Exception:
+                completed = True
+            if not completed:
+                still.append(oid)
+                continue
+            if self.pending.pop(oid, None) is None:
+                continue  # waited on meanwhile: its wait/ret records say it all
+            src = source_of(work, anyranks)
+            self.done(oid, src)
+        return still
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: forget the parent's file, works and watchdog."""
+        self.writer = None
+        self.fd = -1
+        self.tail.clear()
+        self.pending = {}
+        self.blocking = {}
+        self.batches = {}
+        self.last_tid = 0
+        self.watchdog = None
+        self.ended = False
+
+
+def source_of(work: Any, anysource_ranks: list[int] | None) -> int | None:
+    """The global rank a completed wildcard recv matched, or None."""
+    if anysource_ranks is None:
+        return None
+    try:
+        group_rank = int(work._source_rank())
+        return anysource_ranks[group_rank]
+    except Exception:
+        return None
+
+
+def _describe(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}"
+    return text if len(text) <= 500 else text[:497] + "..."
+
+
+def _json_str(text: str) -> str:
+    return json.dumps(text)
+
+
+def compact(value: Any) -> str:
+    """``value`` as compact JSON (no spaces), for pasting into a record."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _warn(message: str) -> None:
+    try:
+        print(f"dl2: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+RECORDER: Recorder | None = None

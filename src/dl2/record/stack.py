@@ -1,0 +1,207 @@
+"""The user's call stack at a communication call, captured cheaply.
+
+A walk up ``sys._getframe()`` that classifies each code object once (user code, a
+library dl2 and torch skip, or a torch.distributed API function) and keeps that verdict,
+plus the frame's JSON prefix and suffix, in a cache keyed by the code object.  A capture
+then costs one dict lookup and one string join per frame, with no ``linecache`` and no
+``json.dumps``.
+
+The stack comes back already encoded as a JSON array of ``[file, line, function]``
+triples, innermost first, ready to be pasted into a record.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import sysconfig
+from types import CodeType
+from types import FrameType
+
+# Frame kinds.
+USER = 0  # the user's code (or any library that is not torch, dl2 or a wrapper)
+LIB = 1  # torch (outside its API modules), dl2, the standard library: skipped
+API = 2  # a function of torch.distributed.distributed_c10d: names the API called
+
+MAX_FRAMES = 8
+
+
+def _package_dir(name: str) -> str | None:
+    """The directory of an importable package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.join(next(iter(spec.submodule_search_locations)), "")
+
+
+def _real(path: str | None) -> str | None:
+    return os.path.join(os.path.realpath(path), "") if path else None
+
+
+_TORCH_DIRS = tuple({d for d in (_package_dir("torch"), _real(_package_dir("torch"))) if d})
+_DL2_DIRS = tuple(
+    {
+        d
+        for d in (
+            os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ""),
+            _real(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+        )
+        if d
+    }
+)
+# The functional collectives reach the group from C++ (through the trampoline, as the
+# coalesced variants in torch 2.13); their Python entry point still names the API.
+_API_FILES = frozenset(
+    os.path.join(d, "distributed", name)
+    for d in _TORCH_DIRS
+    for name in ("distributed_c10d.py", "_functional_collectives.py")
+)
+# The standard library (decorators, context managers, importlib, threading) is skipped,
+# like typing_extensions (whose ``deprecated`` wraps some torch.distributed functions).
+_STDLIB_DIRS = tuple(
+    {
+        os.path.join(d, "")
+        for key in ("stdlib", "platstdlib")
+        for d in (sysconfig.get_paths().get(key), _real(sysconfig.get_paths().get(key)))
+        if d
+    }
+)
+
+# id(code) -> (code, kind, {f_lasti: '["file",line,"function"]'}).
+# Keyed by id: hashing a code object hashes its constants, nested code objects included,
+# which for a module's top-level code (in every script's stack) costs microseconds.  The
+# entry holds the code object, so its id cannot be reused while the entry exists.
+# A frame's line number costs a line-table scan; its last instruction offset is a plain
+# field, so the encoded frame is cached per offset.
+_Entry = tuple[CodeType, int, dict[int, str]]
+_cache: dict[int, _Entry] = {}
+_CACHE_LIMIT = 50_000
+
+
+def classify_file(filename: str) -> int:
+    """The kind of a frame from its code's file name."""
+    if filename.startswith(_TORCH_DIRS):
+        return API if filename in _API_FILES else LIB
+    if filename.startswith(_DL2_DIRS) or filename.startswith("<frozen"):
+        return LIB
+    if filename.endswith("typing_extensions.py"):
+        return LIB
+    if filename.startswith(_STDLIB_DIRS) and "-packages" not in filename:
+        return LIB
+    return USER
+
+
+def _entry(code: CodeType) -> _Entry:
+    entry = _cache.get(id(code))
+    if entry is None:
+        if len(_cache) >= _CACHE_LIMIT:
+            _cache.clear()
+        entry = _cache[id(code)] = (code, classify_file(code.co_filename), {})
+    return entry
+
+
+def _frame_json(code: CodeType, frame: FrameType, lines: dict[int, str]) -> str:
+    """The encoded ``[file, line, function]`` of a user frame (cached per offset)."""
+    name = getattr(code, "co_qualname", code.co_name)
+    text = f"[{json.dumps(code.co_filename)},{frame.f_lineno},{json.dumps(name)}]"
+    if len(lines) < 1000:
+        lines[frame.f_lasti] = text
+    return text
+
+
+def capture(frame: FrameType | None) -> tuple[str | None, str]:
+    """The API called and the user stack, starting at ``frame`` (the caller of a hook).
+
+    Args:
+        frame: the frame that called into dl2 (for a process-group method, the frame
+            that called the method; for a call from C++, the last Python frame).
+
+    Returns:
+        ``(api, stack_json)``: ``api`` is the outermost function of
+        torch.distributed.distributed_c10d (or of the functional collectives) among the
+        library frames between ``frame`` and the first user frame: the API the user (or
+        a torch library such as FSDP) called.  None when there is none: the call came
+        from C++ on behalf of no such function, e.g. from DDP's reducer during
+        ``loss.backward()``.  ``stack_json`` is the JSON array of up to MAX_FRAMES user frames,
+        innermost first.
+    """
+    cache = _cache
+    api: str | None = None
+    f = frame
+    while f is not None:
+        code = f.f_code
+        kind = (cache.get(id(code)) or _entry(code))[1]
+        if kind == USER:
+            break
+        if kind == API:
+            api = code.co_name
+        f = f.f_back
+    # user_stack(f), inlined: this runs once per recorded op.
+    parts: list[str] = []
+    while f is not None:
+        code = f.f_code
+        entry = cache.get(id(code)) or _entry(code)
+        if entry[1] == USER:
+            text = entry[2].get(f.f_lasti)
+            parts.append(text if text is not None else _frame_json(code, f, entry[2]))
+            if len(parts) == MAX_FRAMES:
+                break
+        f = f.f_back
+    return api, "[" + ",".join(parts) + "]"
+
+
+def user_stack(frame: FrameType | None) -> str:
+    """The JSON array of up to MAX_FRAMES user frames from ``frame`` outwards."""
+    cache = _cache
+    parts: list[str] = []
+    f = frame
+    while f is not None:
+        code = f.f_code
+        entry = cache.get(id(code)) or _entry(code)
+        if entry[1] == USER:
+            text = entry[2].get(f.f_lasti)
+            parts.append(text if text is not None else _frame_json(code, f, entry[2]))
+            if len(parts) == MAX_FRAMES:
+                break
+        f = f.f_back
+    return "[" + ",".join(parts) + "]"
+
+
+_BACKWARD_NAMES = frozenset({"_engine_run_backward", "run_backward"})
+_COMM_DIRS = tuple(os.path.join(d, "distributed", "") for d in _TORCH_DIRS) + tuple(
+    os.path.join(d, "record", "") for d in _DL2_DIRS
+)
+
+
+def where(frame: FrameType | None) -> str:
+    """What a (blocked or running) thread is doing, judged from its stack.
+
+    Args:
+        frame: the thread's innermost frame (``sys._current_frames()[ident]``).
+
+    Returns:
+        "comm" when the innermost frame is in torch.distributed or in dl2's recording
+        hooks (a communication call or a wait), "backward" when an autograd backward
+        pass is on the stack, "python" otherwise.
+    """
+    f = frame
+    if f is not None:
+        code = f.f_code
+        if code.co_filename.startswith(_COMM_DIRS) and code.co_name != "<module>":
+            return "comm"
+    while f is not None:
+        code = f.f_code
+        if code.co_name in _BACKWARD_NAMES and code.co_filename.startswith(_TORCH_DIRS):
+            return "backward"
+        f = f.f_back
+    return "python"
+
+
+def current_frame(depth: int = 0) -> FrameType:
+    """``sys._getframe(depth + 1)``: the frame ``depth`` levels above the caller."""
+    return sys._getframe(depth + 1)

@@ -1,0 +1,101 @@
+"""The watchdog: a daemon thread that tells what a quiet rank is doing.
+
+Every ``PERIOD_S`` it polls the pending async works (writing ``done`` for those gloo
+reports complete: DDP consumes futures and never waits, so this is how its allreduces
+are seen to finish).  When the rank has written no record for ``QUIET_NS``, it writes a
+``state`` record: the pending op ids (async ops not seen complete, and blocking ops
+being waited on), where the rank's thread is ("comm", "backward", "python") and its
+user frames.  The thread watched is the one that issued the last op (at first, the main
+thread).  A state identical to the last one, with
+no activity in between, is not written again.
+
+Activity is read from the trace file's size (one ``fstat`` per tick), so recording an
+op costs nothing extra for the watchdog's sake.
+
+The GIL is released in every blocking c10d call, so the watchdog runs at full rate
+while the main thread is blocked.  It never raises.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+from dl2.record.recorder import compact
+from dl2.record.stack import user_stack
+from dl2.record.stack import where
+
+PERIOD_S = 0.2
+QUIET_NS = 300_000_000
+
+
+class Watchdog:
+    """The per-process watchdog thread.
+
+    Args:
+        recorder: the process's :class:`~dl2.record.recorder.Recorder`.
+        period_s: seconds between ticks.
+        quiet_ns: how long the rank must have written nothing before a ``state``.
+    """
+
+    def __init__(self, recorder: Any, period_s: float = PERIOD_S, quiet_ns: int = QUIET_NS) -> None:
+        self._rec = recorder
+        self._period_s = period_s
+        self._quiet_ns = quiet_ns
+        self._stop = threading.Event()
+        self._main_ident = threading.main_thread().ident
+        self._last_size = -1
+        self._last_activity = time.monotonic_ns()
+        self._last_state: tuple[tuple[int, ...], str, str] | None = None
+        self._last_state_activity = 0
+        self._thread = threading.Thread(target=self._run, name="dl2-watchdog", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end (it does within one period); never blocks long."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2 * self._period_s)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period_s):
+            try:
+                self.tick()
+            except Exception:
+                pass
+
+    def tick(self) -> None:
+        """One look at the rank (also called directly by tests)."""
+        rec = self._rec
+        writer = rec.writer
+        if writer is None or not rec.active:
+            return
+        rec.flush()  # a held-back ret (a wait completed, nothing recorded since)
+        now = time.monotonic_ns()
+        size = writer.size()
+        if size != self._last_size:
+            self._last_size = size
+            self._last_activity = now
+        still = rec.poll_pending()
+        if now - self._last_activity < self._quiet_ns:
+            self._last_size = writer.size()  # our own done records are not activity
+            return
+        frames = sys._current_frames()
+        # The thread that issues the ops (the main thread until one issues any).
+        frame = frames.get(rec.last_tid) or frames.get(self._main_ident or 0)
+        del frames
+        pending = still + list(rec.blocking.values())
+        state = (tuple(sorted(pending)), where(frame), user_stack(frame))
+        del frame
+        if state != self._last_state or self._last_activity != self._last_state_activity:
+            rec.emit(
+                f'{{"k":"state","t":{time.monotonic_ns()},"pending":{compact(list(state[0]))},'
+                f'"where":"{state[1]}","stack":{state[2]}}}\n'
+            )
+            self._last_state = state
+            self._last_state_activity = self._last_activity
+        self._last_size = writer.size()

@@ -1,0 +1,36 @@
+"""Fixtures of the integration tests: the ``dl2`` executable under test."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def dl2_bin() -> Path:
+    """The ``dl2`` console script of the repository's virtual environment.
+
+    ``DL2_BIN`` overrides the path. Skips every test that uses it when the script is
+    missing or ``dl2 run --help`` does not exit 0 (the CLI is not there yet).
+    """
+    path = Path(os.environ.get("DL2_BIN", REPO / ".venv" / "bin" / "dl2"))
+    if not path.exists():
+        pytest.skip(f"dl2 CLI not found at {path}")
+    try:
+        probe = subprocess.run(
+            [str(path), "run", "--help"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        pytest.skip(f"`{path} run --help` failed: {exc}")
+    if probe.returncode != 0:
+        pytest.skip(f"`{path} run --help` exited {probe.returncode}: dl2 run is not available")
+    return path

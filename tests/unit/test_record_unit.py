@@ -1,0 +1,325 @@
+"""The recorder's parts, in-process: trace writer, stack capture, backend translation,
+import hygiene, the bootstrap, and install/uninstall around a one-rank gloo group."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from contextlib import redirect_stderr
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dl2.record import stack
+from dl2.record.writer import TraceWriter
+from dl2.trace.format import FORMAT_VERSION
+from dl2.trace.format import read_trace_file
+
+pytestmark = pytest.mark.timeout(60)
+
+REPO = Path(__file__).resolve().parents[2]
+BOOTSTRAP = REPO / "src" / "dl2" / "_bootstrap"
+
+
+# -- the writer ---------------------------------------------------------------------------
+
+
+def test_writer_header_and_records_read_back(tmp_path: Path) -> None:
+    writer = TraceWriter(str(tmp_path / "run"), rank=3, world_size=4, torch_version="x")
+    assert writer.enabled
+    writer.write({"k": "op", "id": 1, "op": "all_reduce"})
+    writer.write_bytes(b'{"k":"ret","id":1,"t":5}\n')
+    writer.close()
+    (path,) = (tmp_path / "run").iterdir()
+    assert path.name == f"rank00003.{os.getpid()}.dl2.jsonl"
+    trace = read_trace_file(path)
+    assert trace.header["format"] == FORMAT_VERSION
+    assert (trace.header["rank"], trace.header["world_size"]) == (3, 4)
+    assert trace.header["backend"] == "gloo"
+    assert trace.header["pid"] == os.getpid()
+    assert trace.header["t0"] > 0 and trace.header["wall"] > 0
+    assert [r["k"] for r in trace.records] == ["op", "ret"]
+    assert trace.truncated is None
+
+
+def test_unwritable_dir_disables_with_one_notice(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    err = io.StringIO()
+    with redirect_stderr(err):
+        writer = TraceWriter(str(blocker / "run"), rank=1, world_size=2)
+        writer.write({"k": "op", "id": 1})
+        writer.write_bytes(b"{}\n")
+    assert not writer.enabled
+    assert err.getvalue() == (
+        f"dl2: recording disabled on rank 1: {blocker / 'run'}: Not a directory; "
+        "the job continues\n"
+    )
+
+
+def test_write_error_disables_without_raising(tmp_path: Path) -> None:
+    writer = TraceWriter(str(tmp_path), rank=0, world_size=2)
+    os.close(writer.fd)  # the descriptor goes bad under the writer
+    err = io.StringIO()
+    with redirect_stderr(err):
+        writer.write({"k": "op", "id": 1})
+        writer.write({"k": "op", "id": 2})
+    assert not writer.enabled
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("dl2: recording disabled on rank 0: ")
+    assert lines[0].endswith("; the job continues")
+
+
+# -- stacks -------------------------------------------------------------------------------
+
+
+def _api_functions(filename: str, source: str) -> dict[str, Any]:
+    """Functions whose code claims to live in ``filename`` (e.g. torch's c10d module)."""
+    namespace: dict[str, Any] = {}
+    exec(compile(textwrap.dedent(source), filename, "exec"), namespace)
+    return namespace
+
+
+def _api_function(name: str, filename: str) -> Any:
+    return _api_functions(filename, f"def {name}(callback):\n    return callback()\n")[name]
+
+
+def _c10d_file() -> str:
+    torch_dir = stack._TORCH_DIRS[0]
+    return os.path.join(torch_dir, "distributed", "distributed_c10d.py")
+
+
+def test_classify_file() -> None:
+    torch_dir = stack._TORCH_DIRS[0]
+    assert stack.classify_file(_c10d_file()) == stack.API
+    assert stack.classify_file(torch_dir + "nn/modules/module.py") == stack.LIB
+    assert stack.classify_file(stack.__file__) == stack.LIB
+    assert stack.classify_file(os.__file__) == stack.LIB
+    assert stack.classify_file("<frozen importlib._bootstrap>") == stack.LIB
+    assert stack.classify_file(__file__) == stack.USER
+    assert stack.classify_file("/home/me/train.py") == stack.USER
+
+
+def test_user_stack_is_innermost_first_with_lines() -> None:
+    def inner() -> str:
+        return stack.user_stack(sys._getframe())  # line A
+
+    def outer() -> str:
+        return inner()  # line B
+
+    import json
+
+    frames = json.loads(outer())
+    line_a = inner.__code__.co_firstlineno + 1
+    line_b = outer.__code__.co_firstlineno + 1
+    assert frames[0] == [__file__, line_a, inner.__qualname__]
+    assert frames[1] == [__file__, line_b, outer.__qualname__]
+    # Cached per instruction: a second capture from the same place is identical.
+    assert json.loads(outer())[:2] == frames[:2]
+
+
+def test_user_stack_keeps_at_most_eight_frames() -> None:
+    import json
+
+    def deep(n: int) -> str:
+        return stack.user_stack(sys._getframe()) if n == 0 else deep(n - 1)
+
+    frames = json.loads(deep(20))
+    assert len(frames) == stack.MAX_FRAMES
+    assert all(f[2].endswith("deep") for f in frames)
+
+
+def test_capture_names_the_outermost_api_function() -> None:
+    import json
+
+    c10d = _api_functions(
+        _c10d_file(),
+        """
+        def all_gather(hook):
+            return hook(1)
+
+        def all_gather_object(hook):
+            return all_gather(hook)
+        """,
+    )
+
+    def hook(depth: int) -> tuple[str | None, str]:  # a process-group method's body
+        return stack.capture(sys._getframe(depth))
+
+    def user_line() -> tuple[str | None, str]:
+        return c10d["all_gather_object"](hook)
+
+    api, stack_json = user_line()
+    assert api == "all_gather_object"
+    assert json.loads(stack_json)[0][2].endswith("user_line")
+
+
+def test_capture_from_no_api_frame_is_null() -> None:
+    api, _ = stack.capture(sys._getframe())
+    assert api is None
+
+
+def test_where() -> None:
+    assert stack.where(sys._getframe()) == "python"
+    comm = _api_function("all_reduce", _c10d_file())
+    assert comm(lambda: stack.where(sys._getframe(1))) == "comm"
+    graph = os.path.join(stack._TORCH_DIRS[0], "autograd", "graph.py")
+    backward = _api_function("_engine_run_backward", graph)
+    assert backward(lambda: stack.where(sys._getframe())) == "backward"
+    assert stack.where(None) == "python"
+
+
+# -- backend translation ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("asked", "becomes"),
+    [
+        ("gloo", "dl2"),
+        ("GLOO", "dl2"),
+        (None, "dl2"),
+        ("undefined", "dl2"),
+        ("cpu:gloo", "dl2"),
+        ("cpu:gloo,cuda:gloo", "dl2"),
+        ("mpi", None),
+        ("dl2", None),
+    ],
+)
+def test_translate_backend(asked: str | None, becomes: str | None) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available() and asked in (None, "undefined"):
+        pytest.skip("an accelerator is present: the default backend is not gloo-only")
+    from dl2.record.install import translate_backend
+
+    assert translate_backend(asked) == becomes
+
+
+# -- imports and the bootstrap ------------------------------------------------------------
+
+
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DL2_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(BOOTSTRAP), str(tmp_path), str(REPO / "src")])
+    env.update(extra)
+    return env
+
+
+def test_import_dl2_record_is_light(tmp_path: Path) -> None:
+    code = (
+        "import sys, dl2.record; "
+        "print(sorted(m for m in ('torch', 'rich', 'networkx') if m in sys.modules))"
+    )
+    result = _python(code, _env(tmp_path))
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_bootstrap_hooks_without_importing_torch_and_chains(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.dl2_test_chained = True\n")
+    code = textwrap.dedent(
+        """
+        import sys
+        hooked = any(type(f).__name__ == "_Finder" for f in sys.meta_path)
+        print(hooked, "torch" in sys.modules, getattr(sys, "dl2_test_chained", False))
+        """
+    )
+    on = _python(code, _env(tmp_path, DL2_RUN_DIR=str(tmp_path / "run")))
+    assert on.stdout.split() == ["True", "False", "True"], on.stderr
+    off = _python(code, _env(tmp_path, DL2_RUN_DIR=str(tmp_path / "run"), DL2_DISABLE="1"))
+    assert off.stdout.split() == ["False", "False", "True"], off.stderr
+    unset = _python(code, _env(tmp_path))
+    assert unset.stdout.split() == ["False", "False", "True"], unset.stderr
+
+
+def test_disabled_install_does_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dl2.record import install
+    from dl2.record import is_installed
+
+    monkeypatch.setenv("DL2_DISABLE", "1")
+    assert install(str(tmp_path)) is False
+    assert not is_installed()
+    monkeypatch.delenv("DL2_DISABLE")
+    monkeypatch.delenv("DL2_RUN_DIR", raising=False)
+    assert install() is False  # no run directory
+
+
+# -- install / uninstall around a one-rank group ------------------------------------------
+
+
+def test_install_records_a_one_rank_group_and_uninstall_restores(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from dl2.record import install
+    from dl2.record import is_installed
+    from dl2.record import uninstall
+    from dl2.record.install import recorder
+
+    c10d = dist.distributed_c10d
+    originals = (
+        c10d._new_process_group_helper,
+        c10d.destroy_process_group,
+        c10d.batch_isend_irecv,
+        c10d._warn_not_in_group,
+    )
+    assert install(str(tmp_path)) and install(str(tmp_path))  # idempotent
+    try:
+        assert c10d._new_process_group_helper is not originals[0]
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        assert dist.get_backend() == "gloo"
+        assert type(dist.group.WORLD).__name__ == "RecordingProcessGroup"
+        assert dist.group.WORLD.name() == "gloo"
+        t = torch.ones(3)
+        work = dist.all_reduce(t, async_op=True)
+        assert work.get_future().wait()[0].tolist() == [1.0, 1.0, 1.0]
+        assert work.wait() is True
+        assert work.is_completed() and work.is_success()
+        assert work.exception() is None
+        late = dist.all_reduce(t, async_op=True)  # never waited: the watchdog sees it done
+        late.get_future().wait()
+        rec = recorder()
+        assert rec is not None and rec.watchdog is not None
+        rec.watchdog._quiet_ns = 0
+        ticker = threading.Thread(target=rec.watchdog.tick)  # looks at this (main) thread
+        ticker.start()
+        ticker.join()
+        dist.destroy_process_group()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        uninstall()
+        uninstall()  # idempotent
+    assert not is_installed()
+    assert (
+        c10d._new_process_group_helper,
+        c10d.destroy_process_group,
+        c10d.batch_isend_irecv,
+        c10d._warn_not_in_group,
+    ) == originals
+    assert dist.destroy_process_group is originals[1]
+    assert dist.batch_isend_irecv is originals[2]
+
+    (path,) = tmp_path.iterdir()
+    records = read_trace_file(path).records
+    kinds = [r["k"] for r in records]
+    assert kinds[:2] == ["op", "ret"]  # create_group
+    first, second = (r for r in records if r["k"] == "op" and r["op"] == "all_reduce")
+    assert first["async"] is True and first["api"] == "all_reduce"
+    assert [r["work"] for r in records if r["k"] == "wait"] == [first["id"]]
+    assert {"k": "done", "id": second["id"]}.items() <= next(
+        r for r in records if r["k"] == "done"
+    ).items()
+    state = next(r for r in records if r["k"] == "state")
+    assert state["pending"] == [] and state["where"] == "python"
+    assert records[-1]["k"] == "end" and records[-1]["how"] == "destroy"

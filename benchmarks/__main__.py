@@ -12,6 +12,8 @@ import sys
 #: suite name -> module under benchmarks/
 SUITES = {
     "record": "benchmarks.record_overhead",
+    "eval": "benchmarks.evaluate",
+    "online": "benchmarks.online",
 }
 
 

@@ -1,13 +1,13 @@
 """What recording costs: per small all_reduce, and per DDP training step.
 
-Run ``python benchmarks/record_overhead.py`` (about a minute; killed after
-``HARD_TIMEOUT_S``).  It starts a 2-rank gloo job on 127.0.0.1 whose ranks hold two
-process groups over the same ranks: the default group, recorded by dl2, and a plain gloo
-group built while dl2's backend swap is turned off.  Work on the two alternates block by
-block, so both see the same machine load, and the figures are medians of per-block
-differences:
+Run ``python benchmarks/record_overhead.py`` or ``python -m benchmarks record`` (under a
+minute; ``--quick`` for a smaller run; killed after ``HARD_TIMEOUT_S``).  It starts a
+2-rank gloo job on 127.0.0.1 whose ranks hold two process groups over the same ranks:
+the default group, recorded by dl2, and a plain gloo group built while dl2's backend
+swap is turned off.  Work on the two alternates block by block (ABBA order), so both
+see the same machine load, and the figures are medians of per-block differences:
 
-* per-op cost: 2000 all_reduce of 8 float32 on each group (20 blocks of 100), wall time
+* per-op cost: 2000 all_reduce of 8 float32 on each group (40 blocks of 50), wall time
   and the calling thread's CPU time (the CPU figure is less sensitive to a busy machine);
 * recording cost alone: the same calls on the recorded group with gloo replaced by a
   work that is already complete, with recording on vs off (no network, no scheduling);
@@ -34,8 +34,9 @@ from unittest import mock
 
 HARD_TIMEOUT_S = 240
 WORLD = 2
-BLOCKS, BLOCK_OPS = 40, 50  # 2000 ops per group
-DDP_WARMUP, DDP_STEPS = 4, 32
+QUICK = os.environ.get("DL2_BENCH_QUICK") == "1"
+BLOCKS, BLOCK_OPS = (10, 50) if QUICK else (40, 50)  # 2000 ops per group
+DDP_WARMUP, DDP_STEPS = (2, 8) if QUICK else (4, 32)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -101,6 +102,7 @@ def rank_main(out_path: str) -> None:
     assert type(recorded).__name__ == "RecordingProcessGroup"
     assert type(plain).__name__ == "ProcessGroup"
     result: dict[str, Any] = {"torch": torch.__version__}
+    result["config"] = {"blocks": BLOCKS, "warmup": DDP_WARMUP, "steps": DDP_STEPS}
 
     # Per-op: interleaved blocks of small all_reduce.
     t = torch.ones(8)
@@ -188,11 +190,14 @@ def report(result: dict[str, Any], trace_dir: Path) -> str:
     def ratio(figures: dict[str, list[float]]) -> float:
         return statistics.median(figures["rec"]) / statistics.median(figures["plain"])
 
+    config = result["config"]
+    blocks, steps_n = config["blocks"], config["steps"]
+    per_step = _ops_per_ddp_step(trace_dir, config["warmup"] + steps_n)
     lines = [
         f"dl2 recording overhead: torch {result['torch']}, gloo, {WORLD} ranks on 127.0.0.1, "
         "OMP_NUM_THREADS=1",
-        f"all_reduce of 8 float32, {BLOCKS} interleaved blocks of {BLOCK_OPS} per group "
-        f"({BLOCKS * BLOCK_OPS} ops each):",
+        f"all_reduce of 8 float32, {blocks} interleaved blocks of {BLOCK_OPS} per group "
+        f"({blocks * BLOCK_OPS} ops each):",
         f"  wall per op:        plain {statistics.median(wall['plain']):7.1f} us   "
         f"recorded {statistics.median(wall['rec']):7.1f} us   "
         f"median delta {_median_delta(wall['rec'], wall['plain']):+6.1f} us",
@@ -203,8 +208,8 @@ def report(result: dict[str, Any], trace_dir: Path) -> str:
         f"median {_median_delta(alone['on'], alone['off']):.1f} us, "
         f"best {min(alone['on']) - min(alone['off']):.1f} us per op",
         f"DDP, GPT-2-like ({result['ddp']['params'] / 1e6:.2f} M params, bucket 1 MB, "
-        f"{_ops_per_ddp_step(trace_dir)} recorded collectives per step), "
-        f"{DDP_STEPS} interleaved steps:",
+        f"{per_step} recorded collectives per step), "
+        f"{steps_n} interleaved steps:",
         f"  step wall: plain {statistics.median(steps['plain']):.1f} ms   "
         f"recorded {statistics.median(steps['rec']):.1f} ms   ratio {ratio(steps):.3f}",
         f"  step CPU:  plain {statistics.median(step_cpu['plain']):.1f} ms   "
@@ -213,7 +218,7 @@ def report(result: dict[str, Any], trace_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def _ops_per_ddp_step(trace_dir: Path) -> str:
+def _ops_per_ddp_step(trace_dir: Path, steps: int) -> str:
     try:
         from dl2.trace.format import read_trace_file
 
@@ -222,12 +227,14 @@ def _ops_per_ddp_step(trace_dir: Path) -> str:
         grads = [
             r for r in records if r["k"] == "op" and r["op"] == "all_reduce" and r["api"] is None
         ]
-        return f"{len(grads) / (DDP_WARMUP + DDP_STEPS):.0f}"
+        return f"{len(grads) / steps:.0f}"
     except Exception:
         return "?"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its figures; ``--quick`` for a smaller run."""
+    quick = "--quick" in (sys.argv[1:] if argv is None else argv)
     deadline = time.monotonic() + HARD_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="dl2-bench-") as tmp:
         out = Path(tmp) / "result.json"
@@ -240,6 +247,7 @@ def main() -> int:
             BENCH_RUN_DIR=str(Path(tmp) / "run"),
             PYTHONPATH=os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")]),
             PYTHONWARNINGS="ignore",
+            DL2_BENCH_QUICK="1" if quick else "0",
         )
         env.pop("DL2_RUN_DIR", None)
         procs = [

@@ -290,6 +290,11 @@ def test_install_records_a_one_rank_group_and_uninstall_restores(tmp_path: Path)
         late.get_future().wait()
         rec = recorder()
         assert rec is not None and rec.watchdog is not None
+        rec.ret_later(999_999, None)  # a held-back line the child must not write
+        pid = os.fork()
+        if pid == 0:  # a forked child (a DataLoader worker) records nothing of its own
+            os._exit(0 if rec.fd == -1 and not rec.tail and rec.writer is None else 1)
+        assert os.waitpid(pid, 0)[1] == 0
         rec.watchdog._quiet_ns = 0
         ticker = threading.Thread(target=rec.watchdog.tick)  # looks at this (main) thread
         ticker.start()
@@ -323,3 +328,4 @@ def test_install_records_a_one_rank_group_and_uninstall_restores(tmp_path: Path)
     state = next(r for r in records if r["k"] == "state")
     assert state["pending"] == [] and state["where"] == "python"
     assert records[-1]["k"] == "end" and records[-1]["how"] == "destroy"
+    assert [r["id"] for r in records if r["k"] == "ret"].count(999_999) == 1

@@ -11,6 +11,7 @@ from dl2.analysis.describe import where
 from dl2.analysis.report import Finding
 from dl2.analysis.report import FindingKind
 from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.ops import Frame
 from dl2.model.ops import Op
 from dl2.model.wait_for import EXITED_STATUS
 from dl2.model.wait_for import FAILED_STATUS
@@ -209,13 +210,53 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
     return findings
 
 
+#: frames of a hang suspect's stack quoted in its finding
+SUSPECT_FRAMES = 4
+
+
+def suspect_stack(graph: ExecutionGraph, rank: int) -> tuple[Frame, ...]:
+    """The rank's user frames (innermost first) from its watchdog's last ``state``."""
+    timeline = graph.timelines.get(rank)
+    state = timeline.last_state if timeline else None
+    frames: list[Frame] = []
+    stack = state.get("stack") if state else None
+    if isinstance(stack, list):
+        for item in stack:
+            if isinstance(item, list | tuple) and len(item) >= 2:
+                try:
+                    line = int(item[1])
+                except (TypeError, ValueError):
+                    continue
+                function = str(item[2]) if len(item) > 2 else "?"
+                frames.append(Frame(str(item[0]), line, function))
+    return tuple(frames)
+
+
+def suspect_where(graph: ExecutionGraph, rank: int) -> str | None:
+    """Where the watchdog last saw the rank: "python", "backward", "comm" or None."""
+    timeline = graph.timelines.get(rank)
+    state = timeline.last_state if timeline else None
+    where_ = state.get("where") if state else None
+    return str(where_) if where_ else None
+
+
+def _frame_text(frame: Frame) -> str:
+    return f"{frame.file}:{frame.line} in {frame.function}"
+
+
 def hang_suspect_findings(
     graph: ExecutionGraph,
     wfg: WaitForGraph,
     quiet: Mapping[int, float],
     suspect_after: float,
 ) -> list[Finding]:
-    """Running ranks that blocked ranks wait on and that have been quiet for long."""
+    """Running ranks that blocked ranks wait on and that have been quiet for long.
+
+    Such a rank is outside communication (computing, in I/O, waiting on a lock): the
+    ranks waiting on it are released when it comes back, so it is reported as a
+    *suspect* with its current stack (from the recorder's watchdog), never as a
+    deadlock.
+    """
     findings: list[Finding] = []
     waited_on: dict[int, list[int]] = {}
     for rank, node in wfg.nodes.items():
@@ -226,13 +267,23 @@ def hang_suspect_findings(
     for rank in sorted(waited_on):
         if wfg.status(rank) != "running" or quiet.get(rank, 0.0) < suspect_after:
             continue
-        timeline = graph.timelines.get(rank)
-        state = timeline.last_state if timeline else None
-        stack = state.get("stack") if state else None
-        location = ""
-        if isinstance(stack, list) and stack and isinstance(stack[0], list) and len(stack[0]) >= 2:
-            location = f" at {stack[0][0]}:{stack[0][1]}"
+        stack = suspect_stack(graph, rank)
+        location = f" at {stack[0].file}:{stack[0].line} (in {stack[0].function})" if stack else ""
+        state = {
+            "python": "running Python code",
+            "backward": "inside backward()",
+            "comm": "inside a communication call dl2 did not record",
+        }.get(suspect_where(graph, rank) or "", "outside communication")
+        calls = ""
+        if len(stack) > 1:
+            calls = "; called from " + " <- ".join(_frame_text(f) for f in stack[1:SUSPECT_FRAMES])
+            if len(stack) > SUSPECT_FRAMES:
+                calls += " <- ..."
         waiters = waited_on[rank]
+        waits = "; ".join(
+            f"rank {w} in {phrase(_stuck_op(wfg.nodes[w]))} ({where(_stuck_op(wfg.nodes[w]))})"
+            for w in waiters[:3]
+        )
         findings.append(
             Finding(
                 kind=FindingKind.HANG_SUSPECT,
@@ -240,13 +291,13 @@ def hang_suspect_findings(
                 ops=tuple(op_ref(wfg.nodes[w].clauses[0].op) for w in waiters),
                 message=(
                     f"Rank {rank} has made no communication progress for "
-                    f"{quiet[rank]:.0f} s{location} while {rank_list(waiters)} wait on it; "
-                    "it is outside communication (compute, I/O or a lock), so this is not "
-                    "a deadlock yet."
+                    f"{quiet[rank]:.0f} s{location}{calls} while {rank_list(waiters)} "
+                    f"wait{'s' if len(waiters) == 1 else ''} on it ({waits}); it is {state}, "
+                    "so this is not a deadlock: the waiting ranks go on when it comes back."
                 ),
                 hint=(
-                    f"Look at what rank {rank} is doing (its stack above); it may be slow, "
-                    "not stuck."
+                    f"Look at what rank {rank} is doing at that line; it may be slow (long "
+                    "compute, I/O) or stuck outside communication (a lock, an input queue)."
                 ),
             )
         )

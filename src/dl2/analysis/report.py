@@ -79,8 +79,8 @@ class OpRef:
 
 
 def _short_path(path: str) -> str:
-    parts = path.replace("\\", "/").split("/")
-    return "/".join(parts[-2:]) if len(parts) > 2 else path
+    """The file's base name: what a person scans for; the JSON keeps the full path."""
+    return path.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)

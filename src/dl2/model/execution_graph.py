@@ -129,6 +129,8 @@ def _match_collectives(
                     }
                 )
             )
+            if "op" in differing:
+                differing = ("op",)  # other fields of different ops are not comparable
             group_slots.append(CollectiveSlot(gid, index, ops, missing, differing))
             for op in ops.values():
                 where[op_key(op)] = (gid, index)

@@ -341,9 +341,7 @@ def _after_fork_in_child() -> None:
     if state is None:
         return
     try:
-        rec = state.recorder
-        rec.close()  # the child's copy of the descriptor only
-        rec.reset_after_fork()
+        state.recorder.reset_after_fork()
     except Exception:
         pass
 

@@ -295,6 +295,18 @@ _COLLECTIVES: dict[str, tuple[str, Describer]] = {
 P2P_METHODS = ("send", "recv", "recv_anysource")
 
 
+def _devices() -> list[Any]:
+    """The devices a gloo group serves: the CPU, and CUDA tensors where CUDA is usable
+    (gloo handles both; plain torch registers gloo for both for backend "gloo")."""
+    devices = [torch.device("cpu")]
+    try:
+        if torch.cuda.is_available():
+            devices.append(torch.device("cuda"))
+    except Exception:
+        pass
+    return devices
+
+
 def _json_api(api: str | None) -> str:
     return "null" if api is None else f'"{api}"'
 
@@ -323,7 +335,8 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         recorder: Recorder,
     ) -> None:
         super().__init__(rank, size)
-        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+        for device in _devices():
+            self._register_backend(device, dist.ProcessGroup.BackendType.GLOO, backend)
         self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
         self._dl2_inner = inner
         self._dl2_backend = backend
@@ -460,15 +473,18 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         # A blocking call (asyncOp=False, or c10d's send/recv): the API waits on the work
         # at once, from the same user frames.  Wait here, recorded; the op's ret and the
         # wait go out in one write, the wait's ret shares the next one.
-        wid = next(rec.ids)
-        t = _now()
-        tid = _tid()
-        rec.emit(
-            f'{{"k":"ret","id":{oid},"t":{t}}}\n{{"k":"wait","id":{wid},"t":{t},"tid":{tid},'
-            f'"work":{oid},"stack":{stack}}}\n'
-        )
-        blocking = rec.blocking
-        blocking[tid] = oid  # pending while waited on (the watchdog lists it)
+        try:
+            wid = next(rec.ids)
+            t = _now()
+            tid = _tid()
+            rec.emit(
+                f'{{"k":"ret","id":{oid},"t":{t}}}\n{{"k":"wait","id":{wid},"t":{t},'
+                f'"tid":{tid},"work":{oid},"stack":{stack}}}\n'
+            )
+            blocking = rec.blocking
+            blocking[tid] = oid  # pending while waited on (the watchdog lists it)
+        except Exception:
+            return work  # the API waits on it, unrecorded
         try:
             ok = work.wait()
         except BaseException as err:
@@ -476,7 +492,10 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             rec.ret(wid, err)
             raise
         blocking.pop(tid, None)
-        rec.ret_later(wid, source_of(work, anyranks) if anyranks is not None else None)
+        try:
+            rec.ret_later(wid, source_of(work, anyranks) if anyranks is not None else None)
+        except Exception:
+            pass
         if point_to_point:
             # gloo's P2P wait is not idempotent (a second wait waits for another
             # message): hand back a work whose wait() just repeats the result.
@@ -593,7 +612,15 @@ class RecordedWork(dist.Work):  # type: ignore[misc]
         return self._dl2_inner.get_future()
 
     def is_completed(self) -> bool:
-        return bool(self._dl2_inner.is_completed())
+        completed = bool(self._dl2_inner.is_completed())
+        if completed and self._dl2_waited is None:
+            try:  # seen complete by its owner: record it now rather than at the next poll
+                rec = self._dl2_rec
+                if rec.pending.pop(self._dl2_oid, None) is not None:
+                    rec.done(self._dl2_oid, source_of(self._dl2_inner, self._dl2_anyranks))
+            except Exception:
+                pass
+        return completed
 
     def is_success(self) -> bool:
         return bool(self._dl2_inner.is_success())
@@ -677,7 +704,8 @@ def create_group(recorder: Recorder, dist_opts: Any, backend_options: Any) -> An
         recorder.ret(oid)
     try:
         inner = dist.ProcessGroup(store, rank, size)
-        inner._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, backend)
+        for device in _devices():
+            inner._register_backend(device, dist.ProcessGroup.BackendType.GLOO, backend)
         inner._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
         return RecordingProcessGroup(rank, size, inner, backend, gid, ranks, recorder)
     except Exception as err:

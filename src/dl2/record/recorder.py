@@ -192,10 +192,14 @@ class Recorder:
         return still
 
     def reset_after_fork(self) -> None:
-        """In a forked child: forget the parent's file, works and watchdog."""
-        self.writer = None
-        self.fd = -1
+        """In a forked child: forget the parent's file, works and watchdog (the parent's
+        held-back lines are the parent's to write; the child closes only its copy of the
+        descriptor)."""
         self.tail.clear()
+        self.fd = -1
+        if self.writer is not None:
+            self.writer.close()
+        self.writer = None
         self.pending = {}
         self.blocking = {}
         self.batches = {}

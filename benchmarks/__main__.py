@@ -14,6 +14,7 @@ SUITES = {
     "record": "benchmarks.record_overhead",
     "eval": "benchmarks.evaluate",
     "online": "benchmarks.online",
+    "nondet": "benchmarks.nondeterminism",
 }
 
 

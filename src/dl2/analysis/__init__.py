@@ -15,6 +15,7 @@ from dl2.analysis.deadlock import deadlock_findings
 from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.describe import op_ref
+from dl2.analysis.fusion import fusion_findings
 from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
 from dl2.analysis.matching import nonmember_findings
@@ -68,6 +69,8 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "p2p": lambda c: p2p_findings(c.graph, c.job_ended),
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
     "prediction": _prediction,
+    # fusion passes the run itself shows to depend on each rank's ready order
+    "fusion": lambda c: fusion_findings(c.graph),
 }
 
 _DEFECT_KINDS = {
@@ -93,7 +96,9 @@ def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Ve
     # A rank that left cleanly while others needed it: gloo fails their ops with
     # "Connection closed by peer" rather than hanging, so this is a defect, not a hang.
     if any(
-        f.kind is FindingKind.ORPHANED_WAIT and any(wfg.status(r) == EXITED_STATUS for r in f.ranks)
+        f.kind is FindingKind.ORPHANED_WAIT
+        # the ranks that left, not the waiter (the first op's rank)
+        and any(wfg.status(r) == EXITED_STATUS for r in f.ranks if r != f.ops[0].rank)
         for f in findings
     ):
         return Verdict.DEFECT

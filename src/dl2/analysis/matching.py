@@ -36,6 +36,11 @@ _FIELD_HINTS = {
         "The element counts differ between ranks (gloo aborts or hangs): use tensors of the "
         "same size on every rank, padding if needed."
     ),
+    "splits": (
+        "The ranks fused different tensors into this coalesced collective (the sums mix "
+        "unrelated tensors): decide the fusion buckets once, identically on every rank, not "
+        "from each rank's own ready order."
+    ),
 }
 
 

@@ -4,6 +4,9 @@ Run when the recorded run itself has no deadlock.  Three predictions over one pr
 gloo (every wildcard match explored), NCCL with its default 4 MiB buffer, and NCCL with
 no buffer (to find exchanges that only NCCL's buffer saves, with the buffer size below
 which they deadlock).  The same deadlock found under several of them is one finding.
+A run recorded under an emulated configuration (``dl2 run --buffer-size``, ``dl2
+replay``) is judged under that configuration only: the user chose it; ``dl2 predict``
+explores the others.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dl2.analysis.machine import build_program
 from dl2.analysis.prediction import Prediction
 from dl2.analysis.prediction import Predictor
 from dl2.analysis.prediction import Witness
+from dl2.analysis.prediction import recorded_semantics
 from dl2.analysis.report import Finding
 from dl2.analysis.report import FindingKind
 from dl2.analysis.report import OpRef
@@ -73,8 +77,7 @@ def potential_deadlock_findings(
         return [], []
     if total > MAX_OPS:
         return [], [f"deadlock prediction skipped: {total:,} ops (the bound is {MAX_OPS:,})"]
-    backends = {t.header.get("backend") for t in session.traces.values()}
-    recorded = GLOO if backends == {"gloo"} else None
+    recorded = recorded_semantics(session)
     # Each state copies the run's per-op flags: fewer states for a larger run.
     states = max(16, min(MAX_STATES, _WORK // total))
     predictor = Predictor(build_program(graph), max_states=states, max_deviations=MAX_DEVIATIONS)
@@ -83,11 +86,16 @@ def potential_deadlock_findings(
         # A run that failed or was cut short is expected not to replay: say nothing then.
         return [], [f"deadlock prediction skipped: {misfit}"] if _completed(graph) else []
 
-    results = [
-        (predictor.predict(GLOO, recorded=recorded), False),
-        (predictor.predict(NCCL, recorded=recorded), False),
-        (predictor.predict(NCCL.with_buffer(0), recorded=recorded), True),
-    ]
+    if recorded is not None and recorded != GLOO:
+        # Run under an emulated configuration (dl2 run --buffer-size, dl2 replay): judged
+        # under that configuration; `dl2 predict` explores the others.
+        results = [(predictor.predict(recorded, recorded=recorded), False)]
+    else:
+        results = [
+            (predictor.predict(GLOO, recorded=recorded), False),
+            (predictor.predict(NCCL, recorded=recorded), False),
+            (predictor.predict(NCCL.with_buffer(0), recorded=recorded), True),
+        ]
     cut = [p for p, _ in results if not p.exhaustive]
     notes = (
         [

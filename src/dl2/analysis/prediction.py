@@ -71,6 +71,7 @@ from dl2.analysis.semantics import NCCL
 from dl2.analysis.semantics import Semantics
 from dl2.errors import ConfigError
 from dl2.model.execution_graph import ExecutionGraph
+from dl2.trace.session import Session
 
 __all__ = [
     "DEFAULT_BUFFER_SIZES",
@@ -80,6 +81,7 @@ __all__ = [
     "Prediction",
     "Witness",
     "predict",
+    "recorded_semantics",
     "sweep",
     "witness_from_json",
     "witness_to_json",
@@ -228,6 +230,33 @@ class Prediction:
     @property
     def deadlock_possible(self) -> bool:
         return bool(self.witnesses)
+
+
+def recorded_semantics(session: Session) -> Semantics | None:
+    """The configuration a run was recorded under, from its trace headers.
+
+    gloo as is (:data:`GLOO`); gloo with emulated eager sends (``dl2 run --buffer-size``:
+    ``eager(N)``) or also with fused batches (``dl2 replay`` of an NCCL witness: a
+    configuration named "emulated"); None when unknown (another backend, or ranks that
+    disagree).
+    """
+    headers = [t.header for t in session.traces.values()]
+    if not headers or any(h.get("backend") != "gloo" for h in headers):
+        return None
+    emulations = [h.get("emulate") for h in headers]
+    if any(e != emulations[0] for e in emulations):
+        return None
+    emulate = emulations[0]
+    if not isinstance(emulate, dict):
+        return GLOO
+    try:
+        eager_bytes = max(0, int(emulate.get("eager_bytes") or 0))
+    except (TypeError, ValueError):
+        return None
+    fused = bool(emulate.get("fused_batches"))
+    if fused:
+        return Semantics("emulated", eager_bytes=eager_bytes, fused_batches_atomic=True)
+    return GLOO if eager_bytes == 0 else Semantics("eager", eager_bytes=eager_bytes)
 
 
 def predict(

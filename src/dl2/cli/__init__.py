@@ -34,9 +34,10 @@ def _commands() -> list[Command]:
     from dl2.cli.analyze import AnalyzeCommand
     from dl2.cli.dump import DumpCommand
     from dl2.cli.predict import PredictCommand
+    from dl2.cli.replay import ReplayCommand
     from dl2.cli.run import RunCommand
 
-    return [RunCommand(), AnalyzeCommand(), DumpCommand(), PredictCommand()]
+    return [RunCommand(), AnalyzeCommand(), DumpCommand(), PredictCommand(), ReplayCommand()]
 
 
 def build_parser() -> argparse.ArgumentParser:

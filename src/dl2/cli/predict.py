@@ -2,9 +2,11 @@
 
 Prints a table of configuration -> verdict, then each potential deadlock's witness (the
 blocked ranks with their ops and source lines, the wildcard matches taken, the buffer
-threshold), writes each witness as JSON and prints the command that replays it.  Exit
-status: 0 no configuration deadlocks, 4 some can, 3 the recorded run itself deadlocked,
-2 bad input.
+threshold), writes each witness as JSON and prints the command that replays it; then the
+fusion passes whose buckets may differ between ranks (:mod:`dl2.analysis.fusion`; with
+``--fusion``, every pass that fuses in each rank's own ready order).  Exit status: 0 no
+configuration deadlocks and no fusion diverges, 4 some can, 3 the recorded run itself
+deadlocked, 2 bad input.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
+from dl2.analysis.describe import where
+from dl2.analysis.fusion import FusionWitness
+from dl2.analysis.fusion import fusion_witnesses
+from dl2.analysis.fusion import witness_sentence
 from dl2.analysis.machine import build_program
 from dl2.analysis.prediction import DEFAULT_MAX_DEVIATIONS
 from dl2.analysis.prediction import DEFAULT_MAX_STATES
@@ -25,10 +31,10 @@ from dl2.analysis.prediction import DEFAULT_MAX_WITNESSES
 from dl2.analysis.prediction import Prediction
 from dl2.analysis.prediction import Predictor
 from dl2.analysis.prediction import Witness
+from dl2.analysis.prediction import recorded_semantics
 from dl2.analysis.prediction import semantics_to_json
 from dl2.analysis.prediction import witness_to_json
 from dl2.analysis.report import Verdict
-from dl2.analysis.semantics import GLOO
 from dl2.analysis.semantics import Semantics
 from dl2.analysis.semantics import format_size
 from dl2.analysis.semantics import parse_semantics
@@ -73,6 +79,15 @@ class PredictCommand:
             help="where witness files go (default RUN_DIR/witnesses)",
         )
         parser.add_argument(
+            "--fusion",
+            action="store_true",
+            help=(
+                "also assume that consecutive all_reduce_coalesced calls from one line fuse "
+                "tensors in each rank's own ready order, and report the other fusions that "
+                "allows (without it, only fusions the run itself shows to vary)"
+            ),
+        )
+        parser.add_argument(
             "--max-states",
             type=int,
             default=DEFAULT_MAX_STATES,
@@ -99,8 +114,7 @@ class PredictCommand:
         session = load_session(args.run_dir)
         graph = build_execution_graph(session)
         recorded_deadlock = bool(build_wait_for_graph(session, graph).deadlocked)
-        backends = {t.header.get("backend") for t in session.traces.values()}
-        recorded = GLOO if backends == {"gloo"} else None
+        recorded = recorded_semantics(session)
         predictor = Predictor(
             build_program(graph), args.max_states, DEFAULT_MAX_WITNESSES, args.max_deviations
         )
@@ -113,16 +127,20 @@ class PredictCommand:
         console = _console()
         ops = sum(len(t.ops) for t in graph.timelines.values())
         console.print(f"dl2 predict: {args.run_dir} ({len(graph.timelines)} ranks, {ops:,} ops)")
+        fusion = [] if recorded_deadlock else fusion_witnesses(graph, assume=args.fusion)
         if recorded_deadlock:
             analyze = shlex.join(["dl2", "analyze", args.run_dir])
             console.print(f"The recorded run itself deadlocked: see `{analyze}`.")
         else:
             _print_predictions(console, predictions, files, args.run_dir)
+            _print_fusion(console, fusion, args.fusion)
         if args.json:
-            _write_json(Path(args.json), args.run_dir, recorded_deadlock, predictions, files)
+            _write_json(
+                Path(args.json), args.run_dir, recorded_deadlock, predictions, files, fusion
+            )
         if recorded_deadlock:
             return Verdict.DEADLOCK.exit_code
-        if any(p.deadlock_possible for p in predictions):
+        if any(p.deadlock_possible for p in predictions) or fusion:
             return Verdict.DEFECT.exit_code
         return 0
 
@@ -297,12 +315,48 @@ def _print_witness(
         console.print(f"  replay:  {shlex.join(command)}")
 
 
+def _print_fusion(console: Console, witnesses: list[FusionWitness], assumed: bool) -> None:
+    windows = "fusion passes: " + (
+        "each rank fuses in its own ready order (--fusion)"
+        if assumed
+        else "only those the run shows to vary (--fusion: assume ready-order fusion)"
+    )
+    if not witnesses:
+        console.print(f"{windows}; no divergent fusion.")
+        return
+    console.print(f"{windows}; {len(witnesses)} divergent fusion(s):")
+    for number, witness in enumerate(witnesses, 1):
+        console.print()
+        console.print(f"potential fusion divergence {number}: {witness.consequence}")
+        console.print(f"  {witness_sentence(witness)}")
+
+
+def _fusion_to_json(witness: FusionWitness) -> dict[str, Any]:
+    window = witness.window
+    count_limit, byte_limit = window.limits
+    return {
+        "rank": window.rank,
+        "group": window.gid,
+        "ranks": list(witness.ranks),
+        "ops": [op.id for op in window.ops],
+        "location": where(window.ops[0]),
+        "recorded": [list(b) for b in window.buckets],
+        "alternative": [list(b) for b in witness.alternative],
+        "limits": {"tensors": count_limit, "bytes": byte_limit},
+        "consequence": witness.consequence,
+        "bucket": witness.bucket,
+        "observed": witness.observed,
+        "message": witness_sentence(witness),
+    }
+
+
 def _write_json(
     path: Path,
     run_dir: str,
     recorded_deadlock: bool,
     predictions: list[Prediction],
     files: dict[int, Path],
+    fusion: list[FusionWitness] | None = None,
 ) -> None:
     document: dict[str, Any] = {
         "format": PREDICT_FORMAT,
@@ -326,6 +380,7 @@ def _write_json(
             }
             for p in predictions
         ],
+        "fusion": [_fusion_to_json(w) for w in fusion or []],
     }
     try:
         if path.parent != Path():

@@ -13,6 +13,7 @@ from types import FrameType
 from typing import Any
 
 from dl2.analysis.report import Verdict
+from dl2.analysis.semantics import parse_size
 from dl2.cli.output import emit
 from dl2.errors import ConfigError
 from dl2.errors import Dl2Error
@@ -24,6 +25,13 @@ from dl2.live.monitor import ON_DEADLOCK
 from dl2.live.monitor import Monitor
 from dl2.live.monitor import MonitorOptions
 from dl2.live.monitor import Outcome
+from dl2.live.monitor import pointer_line
+from dl2.live.monitor import report_json_dict
+from dl2.live.shared import SharedState
+from dl2.live.shared import StoreAddress
+from dl2.live.shared import parse_store
+from dl2.live.shared import store_from_command
+from dl2.record.emulate import ENV_BUFFER_SIZE
 from dl2.render import get_renderer
 from dl2.render import write_report
 from dl2.trace.session import RUN_META
@@ -41,6 +49,13 @@ def _positive(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
     return value
+
+
+def _byte_size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("not a byte size: ")) from None
 
 
 def _new_run_dir(base: Path, label: str) -> Path:
@@ -73,20 +88,48 @@ class RunCommand:
             type=_positive,
             default=60.0,
             metavar="S",
-            help="stop the job after S seconds without progress by any rank (default 60)",
+            help=(
+                "stop the job after S seconds in which every live rank sat in communication "
+                "with no progress and no deadlock could be proven (default 60); ranks outside "
+                "communication are hang suspects and never stopped"
+            ),
         )
         parser.add_argument(
             "--suspect-after",
             type=_positive,
             default=60.0,
             metavar="S",
-            help="report ranks others wait on that are quiet for S seconds (default 60)",
+            help=(
+                "print a hang suspect (a rank others wait on, itself outside communication) "
+                "with its stack once it is quiet for S seconds (default 60); never a verdict"
+            ),
         )
         parser.add_argument(
             "--on-deadlock",
             choices=ON_DEADLOCK,
             default="abort",
-            help="abort: report and stop the job (default); report: report, keep running; wait",
+            help=(
+                "abort: report, stop the job, exit 3 (default); report: report once, keep "
+                "running; wait: neither, report when the job ends or at the hang timeout"
+            ),
+        )
+        parser.add_argument(
+            "--store",
+            metavar="HOST:PORT",
+            help=(
+                "multi-node: share live state with the other nodes' dl2 monitors through the "
+                "job's c10d TCPStore there (default: torchrun's --rdzv-endpoint when --nnodes > 1)"
+            ),
+        )
+        parser.add_argument(
+            "--buffer-size",
+            type=_byte_size,
+            metavar="BYTES",
+            help=(
+                "emulate a backend that buffers sends: a send of at most BYTES (e.g. 64KiB) "
+                "returns without waiting for its receive, as NCCL's or MPI's eager sends do "
+                "(default: gloo's, every send waits for its receive)"
+            ),
         )
         parser.add_argument(
             "--poll-interval", type=_positive, default=0.2, metavar="S", help=argparse.SUPPRESS
@@ -118,14 +161,25 @@ class RunCommand:
             suspect_after=args.suspect_after,
             on_deadlock=args.on_deadlock,
         )
+        address = _store_address(args, target)
+        env = {} if args.buffer_size is None else {ENV_BUFFER_SIZE: str(args.buffer_size)}
         job = (
-            launch_ranks(target[0], target[1:], args.nproc, run_dir)
+            launch_ranks(target[0], target[1:], args.nproc, run_dir, env)
             if args.nproc is not None
-            else launch_command(target, run_dir)
+            else launch_command(target, run_dir, env)
         )
         previous = _stop_on_sigterm()
         try:
-            monitor = Monitor(run_dir, job, options, on_report=lambda r: emit(r, None))
+            shared = SharedState(address, str(run_dir.resolve())) if address is not None else None
+            monitor = Monitor(
+                run_dir,
+                job,
+                options,
+                on_report=lambda r: emit(r, None),
+                notice=_notice,
+                shared=shared,
+                render_json=get_renderer("json").render,
+            )
             outcome = monitor.run()
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -138,6 +192,8 @@ class RunCommand:
     ) -> int:
         report = outcome.report
         _write_meta(run_dir, outcome, job, target, args.nproc)
+        if outcome.remote is not None:
+            return _conclude_remote(outcome, run_dir, args)
         if report is None:
             if outcome.job_exit_code != 0 and outcome.reason != "hang-timeout":
                 print(
@@ -152,13 +208,15 @@ class RunCommand:
             )
         notes = {
             "hang-timeout": (
-                f"dl2 stopped the job: no rank made progress for {args.hang_timeout:g} s"
+                f"dl2 stopped the job: no rank made progress for {args.hang_timeout:g} s, "
+                "every live rank in communication"
             ),
             "rank-failed": "a rank failed, so dl2 stopped the others (as torchrun does)",
             "interrupted": "interrupted: dl2 stopped the job",
         }
-        if outcome.reason in notes:
-            report = replace(report, warnings=(*report.warnings, notes[outcome.reason]))
+        extra = [*outcome.notes, *([notes[outcome.reason]] if outcome.reason in notes else [])]
+        if extra:
+            report = replace(report, warnings=(*report.warnings, *extra))
         failed = outcome.job_exit_code != 0 or outcome.reason != "finished"
         if report.verdict is Verdict.OK and failed:
             report = replace(report, verdict=Verdict.JOB_FAILED)
@@ -192,11 +250,56 @@ def _write_meta(
         "stopped_by_dl2": job.stopped_by_dl2,
         "verdict": outcome.report.verdict.value if outcome.report else None,
         "ranks": ranks,
+        "detected_after": outcome.detected_after,
+        "verdict_wall_time": outcome.verdict_wall_time,
+        "deadlock_ranks": list(outcome.deadlocked),
+        "notes": list(outcome.notes),
     }
+    if outcome.remote is not None:
+        meta["verdict"] = outcome.remote.get("verdict")
+        meta["reported_by"] = {
+            k: outcome.remote.get(k) for k in ("node", "host", "run_dir", "reason", "ranks")
+        }
     try:
         (run_dir / RUN_META).write_text(json.dumps(meta, indent=2, sort_keys=True))
     except OSError:
         pass
+
+
+def _conclude_remote(outcome: Outcome, run_dir: Path, args: argparse.Namespace) -> int:
+    """Another node's monitor reported: point at it, keep a copy of its report."""
+    verdict = outcome.remote or {}
+    print(f"dl2: {pointer_line(verdict)}", file=sys.stderr, flush=True)
+    text = outcome.remote_report
+    if report_json_dict(text) is not None and text is not None:
+        for path in [args.json, str(run_dir / "report.json")]:
+            if path:
+                try:
+                    Path(path).write_text(text)
+                except OSError:
+                    pass
+    code = verdict.get("exit_code")
+    return int(code) if isinstance(code, int) else 1
+
+
+def _store_address(args: argparse.Namespace, target: list[str]) -> StoreAddress | None:
+    """The job's store for multi-node sharing, or None (single node)."""
+    if args.store:
+        try:
+            return parse_store(args.store)
+        except ValueError as err:
+            raise ConfigError(f"--store: {err}") from None
+    if args.nproc is not None:
+        return None
+    try:
+        return store_from_command(target)
+    except ValueError as err:
+        _notice(f"{err}: cannot share state with the other nodes; local-only analysis")
+        return None
+
+
+def _notice(message: str) -> None:
+    print(f"dl2: {message}", file=sys.stderr, flush=True)
 
 
 def _stop_on_sigterm() -> Any:

@@ -133,8 +133,15 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-def launch_ranks(script: str, args: Sequence[str], nproc: int, run_dir: Path) -> Job:
-    """Start ``nproc`` ranks of a Python script like ``torchrun --standalone``."""
+def launch_ranks(
+    script: str,
+    args: Sequence[str],
+    nproc: int,
+    run_dir: Path,
+    extra_env: Mapping[str, str] | None = None,
+) -> Job:
+    """Start ``nproc`` ranks of a Python script like ``torchrun --standalone``
+    (``extra_env``: more variables for every rank, e.g. ``DL2_BUFFER_SIZE``)."""
     if not Path(script).is_file():
         raise LaunchError(f"script not found: {script}")
     if nproc < 1:
@@ -154,6 +161,7 @@ def launch_ranks(script: str, args: Sequence[str], nproc: int, run_dir: Path) ->
                 "WORLD_SIZE": str(nproc),
                 "LOCAL_WORLD_SIZE": str(nproc),
                 "ROLE_WORLD_SIZE": str(nproc),
+                **(extra_env or {}),
             },
         )
         try:
@@ -166,12 +174,16 @@ def launch_ranks(script: str, args: Sequence[str], nproc: int, run_dir: Path) ->
     return Job(procs, ranked=True)
 
 
-def launch_command(command: Sequence[str], run_dir: Path) -> Job:
+def launch_command(
+    command: Sequence[str], run_dir: Path, extra_env: Mapping[str, str] | None = None
+) -> Job:
     """Start an arbitrary command (a launcher or a script that spawns its own ranks)."""
     if not command:
         raise LaunchError("no command given after --")
     try:
-        proc = subprocess.Popen(list(command), env=recorder_env(run_dir), start_new_session=True)
+        proc = subprocess.Popen(
+            list(command), env=recorder_env(run_dir, extra_env), start_new_session=True
+        )
     except FileNotFoundError:
         raise LaunchError(f"command not found: {command[0]}") from None
     except OSError as err:

@@ -1,8 +1,15 @@
-"""Incremental reading of a run directory's trace files while the job writes them."""
+"""Incremental reading of trace files while the job writes them.
+
+A :class:`TraceTailer` follows every trace file of a run directory (``refresh``) and,
+for multi-node runs, the files other nodes' monitors mirror through the job's store
+(``ingest``).  Both go through the same parser, so a mirrored file reads exactly like a
+local one.
+"""
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -16,45 +23,128 @@ from dl2.trace.format import parse_records
 
 # Watchdog reports are not progress: a rank that only writes them is quiet.
 _NOT_PROGRESS = frozenset({"state"})
+# Where a watchdog ``state`` says a rank with pending works is stuck in communication.
+_STALL_WHERE = frozenset({"backward", "comm"})
 
 
 @dataclass
 class _File:
-    path: Path
+    """One trace file as read so far.
+
+    Attributes:
+        name: the file name (unique per rank process).
+        path: where to read it; None for a file mirrored from another node.
+        offset: bytes consumed (complete lines only).
+        outbox: consumed bytes not yet handed to :meth:`TraceTailer.drain`.
+        records_seen: every record read, watchdog reports included.
+        open_calls: op and wait ids entered and not yet returned.
+        stall: the last record is a watchdog ``state`` that finds the rank in
+            communication (backward, comm) with pending works.
+        partial_since: when a partial last line was first seen at ``offset``.
+    """
+
+    name: str
+    path: Path | None
     offset: int = 0
     header: dict[str, Any] | None = None
     records: list[dict[str, Any]] = field(default_factory=list)
     progress: int = 0
+    records_seen: int = 0
     truncated: str | None = None
     error: str | None = None
+    outbox: list[bytes] = field(default_factory=list)
+    open_calls: set[int] = field(default_factory=set)
+    stall: bool = False
+    partial_since: float | None = None
+
+    def feed(self, data: bytes, now: float, keep: bool) -> bool:
+        """Parse ``data`` (what follows ``offset``); True if a record was new."""
+        start = 0
+        try:
+            if self.header is None:
+                newline = data.find(b"\n")
+                if newline < 0:
+                    return False
+                self.header = parse_header(data[:newline], self.name)
+                start = newline + 1
+            records, truncated, consumed = parse_records(data[start:], self.name)
+        except TraceFormatError as err:
+            self.error = str(err)
+            raise
+        used = start + consumed
+        if keep and used:
+            self.outbox.append(data[:used])
+        self.offset += used
+        if truncated is None:
+            self.partial_since = None
+        elif self.partial_since is None or consumed:
+            self.partial_since = now
+        self.truncated = truncated
+        for record in records:
+            self._note(record)
+        self.records.extend(records)
+        self.records_seen += len(records)
+        return bool(records)
+
+    def _note(self, record: dict[str, Any]) -> None:
+        kind = record.get("k")
+        if kind in _NOT_PROGRESS:
+            pending = record.get("pending")
+            self.stall = bool(pending) and record.get("where") in _STALL_WHERE
+            return
+        self.progress += 1
+        if kind in ("op", "wait"):
+            self.stall = False
+            if isinstance(record.get("id"), int):
+                self.open_calls.add(record["id"])
+        elif kind == "ret":
+            self.stall = False
+            self.open_calls.discard(record.get("id", -1))
+        elif kind == "end":
+            self.open_calls.clear()
+            self.stall = False
+
+    @property
+    def rank(self) -> int:
+        assert self.header is not None
+        return int(self.header["rank"])
 
 
 class TraceTailer:
-    """Reads new complete records from every trace file of a directory on each refresh.
+    """Reads new complete records of trace files on each refresh.
 
     A partial last line is left for the next refresh (the rank is mid-write); a file
     that turns out corrupt is reported once and then ignored.
+
+    Args:
+        run_dir: the directory whose ``*.dl2.jsonl`` files are followed.
+        keep_outbox: keep the bytes read for :meth:`drain` (to mirror them elsewhere).
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, run_dir: str | os.PathLike[str], keep_outbox: bool = False) -> None:
         self.run_dir = Path(run_dir)
+        self.keep_outbox = keep_outbox
         self._files: dict[str, _File] = {}
         self.errors: list[str] = []
 
-    def refresh(self) -> bool:
+    # -- reading -----------------------------------------------------------------------
+
+    def refresh(self, now: float | None = None) -> bool:
         """Read what was appended since the last call; True if any record was new."""
+        now = time.monotonic() if now is None else now
         grew = False
         try:
             names = sorted(p.name for p in self.run_dir.iterdir() if p.name.endswith(TRACE_SUFFIX))
         except OSError:
             return False
         for name in names:
-            entry = self._files.setdefault(name, _File(self.run_dir / name))
-            if entry.error is None and self._read(entry):
+            entry = self._files.setdefault(name, _File(name, self.run_dir / name))
+            if entry.error is None and entry.path is not None and self._read(entry, now):
                 grew = True
         return grew
 
-    def _read(self, entry: _File) -> bool:
+    def _read(self, entry: _File, now: float) -> bool:
+        assert entry.path is not None
         try:
             with open(entry.path, "rb") as handle:
                 handle.seek(entry.offset)
@@ -64,47 +154,108 @@ class TraceTailer:
         if not data:
             return False
         try:
-            if entry.header is None:
-                newline = data.find(b"\n")
-                if newline < 0:
-                    return False
-                entry.header = parse_header(data[:newline], str(entry.path))
-                entry.offset += newline + 1
-                data = data[newline + 1 :]
-            records, truncated, consumed = parse_records(data, str(entry.path))
+            return entry.feed(data, now, self.keep_outbox)
         except TraceFormatError as err:
-            entry.error = str(err)
             self.errors.append(str(err))
             return False
-        entry.offset += consumed
-        entry.truncated = truncated
-        entry.records.extend(records)
-        entry.progress += sum(1 for r in records if r.get("k") not in _NOT_PROGRESS)
-        return bool(records)
+
+    def ingest(self, name: str, data: bytes, now: float | None = None) -> bool:
+        """Add bytes of a file mirrored from elsewhere (complete lines, in order)."""
+        now = time.monotonic() if now is None else now
+        entry = self._files.setdefault(name, _File(name, None))
+        if entry.error is not None or not data:
+            return False
+        try:
+            return entry.feed(data, now, keep=False)
+        except TraceFormatError as err:
+            self.errors.append(str(err))
+            return False
+
+    def forget(self, names: set[str]) -> None:
+        """Drop files (mirrored ones whose source went away)."""
+        for name in names:
+            self._files.pop(name, None)
+
+    def drain(self) -> dict[str, bytes]:
+        """file name -> bytes read since the last drain (complete lines, header included)."""
+        out: dict[str, bytes] = {}
+        for name, entry in self._files.items():
+            if entry.outbox:
+                out[name] = b"".join(entry.outbox)
+                entry.outbox.clear()
+        return out
+
+    # -- what was read -----------------------------------------------------------------
+
+    def _ranked(self) -> list[_File]:
+        return [e for e in self._files.values() if e.header is not None]
+
+    def local_names(self) -> set[str]:
+        return {e.name for e in self._files.values() if e.path is not None}
 
     def traces(self) -> list[RankTrace]:
         """A snapshot of every readable file as a RankTrace (records read so far)."""
         return [
-            RankTrace(str(e.path), e.header, tuple(e.records), e.truncated)
-            for e in self._files.values()
+            RankTrace(str(e.path or e.name), e.header, tuple(e.records), e.truncated)
+            for e in self._ranked()
             if e.header is not None
         ]
 
     def progress(self) -> dict[int, int]:
-        """rank -> number of progress records read so far."""
-        return {int(e.header["rank"]): e.progress for e in self._files.values() if e.header}
+        """rank -> number of progress records read so far (the newest file of a rank)."""
+        return {e.rank: e.progress for e in self._newest().values()}
+
+    def records_seen(self) -> int:
+        """Every record read so far, all files: changes whenever anything was read."""
+        return sum(e.records_seen for e in self._files.values())
+
+    def possibly_blocked(self) -> set[int]:
+        """Ranks that are inside a communication call, or stalled with pending works."""
+        return {r for r, e in self._newest().items() if e.open_calls or e.stall}
+
+    def ended(self) -> set[int]:
+        """Ranks whose last record is an ``end`` record."""
+        return {
+            r for r, e in self._newest().items() if e.records and e.records[-1].get("k") == "end"
+        }
+
+    def partial(self) -> set[int]:
+        """Ranks whose file ends in a partial line (a record being written)."""
+        return {r for r, e in self._newest().items() if e.partial_since is not None}
+
+    def stuck_partial(self, now: float, after: float) -> dict[int, float]:
+        """rank -> seconds its file has ended in a partial line, for those over ``after``."""
+        return {
+            r: now - e.partial_since
+            for r, e in self._newest().items()
+            if e.partial_since is not None and now - e.partial_since >= after
+        }
 
     def pids(self) -> dict[int, int]:
-        """rank -> pid of the process that writes its trace."""
+        """rank -> pid of the process that writes its trace (local files only)."""
         return {
-            int(e.header["rank"]): int(e.header.get("pid", 0))
-            for e in self._files.values()
-            if e.header
+            r: int((e.header or {}).get("pid", 0))
+            for r, e in self._newest().items()
+            if e.path is not None
         }
 
+    def rank_of(self, name: str) -> int | None:
+        entry = self._files.get(name)
+        return entry.rank if entry is not None and entry.header is not None else None
+
+    def local_ranks(self) -> set[int]:
+        return {e.rank for e in self._ranked() if e.path is not None}
+
     def hosts(self) -> dict[int, str]:
-        return {
-            int(e.header["rank"]): str(e.header.get("host", ""))
-            for e in self._files.values()
-            if e.header
-        }
+        return {r: str((e.header or {}).get("host", "")) for r, e in self._newest().items()}
+
+    def _newest(self) -> dict[int, _File]:
+        """rank -> its newest file (a restarted rank writes a new one)."""
+        best: dict[int, _File] = {}
+        for entry in self._ranked():
+            rank = entry.rank
+            other = best.get(rank)
+            wall = (entry.header or {}).get("wall", 0)
+            if other is None or wall >= (other.header or {}).get("wall", 0):
+                best[rank] = entry
+        return best

@@ -38,6 +38,8 @@ def signature_fields(op: Op) -> dict[str, object]:
         fields["dtype"] = op.dtype
     if op.op in SAME_COUNT_OPS:
         fields["count"] = op.count
+    if op.op == "all_reduce_coalesced" and op.splits is not None:
+        fields["splits"] = op.splits  # the same tensors must be fused on every rank
     return fields
 
 

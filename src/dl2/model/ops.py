@@ -69,6 +69,12 @@ class Op:
     #: where the rank first waited on it: the number of its ops issued before that
     #: ``wait`` record (so at least ``index + 1``); None if the trace has no wait on it
     waited_at: int | None = None
+    #: an eager send (``dl2 run --buffer-size``): complete for its rank once issued,
+    #: whether or not the peer has received it yet
+    eager: bool = False
+    #: a P2P op of a batch under fused-batch emulation: issued only when its whole
+    #: batch can launch (until its ``ret``, its rank sits in the batch call)
+    deferred: bool = False
 
     @property
     def kind(self) -> str:
@@ -192,6 +198,8 @@ def build_timeline(trace: RankTrace) -> Timeline:
                 fields[rid]["issued"] = True
                 if rec.get("err"):
                     fields[rid]["error"] = str(rec["err"])
+                elif fields[rid]["rec"].get("eager"):
+                    fields[rid]["completed"] = True  # an eager send completes on issue
                 elif not fields[rid]["rec"].get("async") and fields[rid]["rec"].get("op") in (
                     "create_group",
                     "monitored_barrier",
@@ -241,6 +249,8 @@ def build_timeline(trace: RankTrace) -> Timeline:
             error=info.get("error"),
             src=_opt_int(info.get("src")),
             waited_at=info.get("waited_at"),
+            eager=bool(rec.get("eager")),
+            deferred=bool(rec.get("deferred")),
         )
         ops.append(op)
         by_id[op_id] = op
@@ -275,6 +285,14 @@ def _final_block(
             target = by_id.get(waits[last])
             return Blocked((target,), "wait") if target is not None else None
         op = by_id.get(last)
+        if op is not None and op.deferred and op.batch is not None:
+            # Inside a fused batch waiting for its launch: it needs every op of the batch.
+            batch = tuple(
+                o
+                for i in open_calls
+                if (o := by_id.get(i)) is not None and o.deferred and o.batch == op.batch
+            )
+            return Blocked(batch, "call")
         if op is not None:
             return Blocked((op,), "call")
     if (

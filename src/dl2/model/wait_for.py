@@ -105,11 +105,15 @@ class WaitForGraph:
 
 def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
     """The unmet condition of an op, or None if it will complete (or has)."""
-    if op.completed:
-        return None
+    if op.completed or (op.eager and (op.issued or not op.deferred)):
+        return None  # an eager send completes on issue (a deferred one at its launch)
     rank = op.rank
     if op.kind == "p2p":
-        if op_key(op) in graph.p2p_partner:
+        partner = graph.p2p_partner.get(op_key(op))
+        if partner is not None:
+            if partner.deferred and not partner.issued and partner.error is None:
+                # Its partner belongs to a fused batch that has not launched yet.
+                return Clause(op, (partner.rank,), False, "unmatched")
             return None
         if op.op == "recv" and op.peer is None:
             others = tuple(r for r in graph.group_members(op.gid) if r != rank)

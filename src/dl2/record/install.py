@@ -98,6 +98,7 @@ def install(run_dir: str | None = None) -> bool:
         if not dist.is_available():
             return False
         rec = Recorder(os.path.abspath(run_dir))
+        _configure_emulation(rec)
         state = _Installed(rec)
         _register_backend(dist)
         _patch(state, dist)
@@ -110,6 +111,17 @@ def install(run_dir: str | None = None) -> bool:
             _undo(state)
         _notice(f"recording not installed: {err!r}; the job continues")
         return False
+
+
+def _configure_emulation(rec: Recorder) -> None:
+    """Turn on the emulated send semantics the environment asks for (dl2.record.emulate)."""
+    from dl2.record import emulate
+
+    rec.eager_bytes = emulate.eager_bytes_from_env()
+    if rec.eager_bytes >= 0:
+        rec.eager = emulate.EagerSends()
+    if emulate.fused_batches_from_env():
+        rec.gate = emulate.BatchGate()
 
 
 def uninstall() -> None:
@@ -251,6 +263,8 @@ def _patch(state: _Installed, dist: Any) -> None:
         try:
             if group is None or group is c10d.GroupMember.WORLD:
                 rec.end("destroy")
+                # A buffered backend delivers what it holds before it shuts down.
+                rec.drain_eager(_drain_seconds())
         except Exception:
             pass
         return original_destroy(group, *args, **kwargs)
@@ -266,6 +280,9 @@ def _patch(state: _Installed, dist: Any) -> None:
             return original_batch(*args, **kwargs)
         finally:
             rec.batches.pop(tid, None)
+            gate = rec.gate
+            if gate is not None and gate.deferred:
+                gate.launch(tid)  # fused-batch emulation: issue the batch as one unit
 
     destroy_process_group.__doc__ = original_destroy.__doc__
     state.patch(c10d, "_new_process_group_helper", _new_process_group_helper)
@@ -332,8 +349,15 @@ def _at_exit() -> None:
         if rec.watchdog is not None:
             rec.watchdog.stop()
         rec.end("exit")
+        rec.drain_eager(_drain_seconds())
     except Exception:
         pass
+
+
+def _drain_seconds() -> float:
+    from dl2.record.emulate import drain_seconds_from_env
+
+    return drain_seconds_from_env()
 
 
 def _after_fork_in_child() -> None:

@@ -158,6 +158,18 @@ def _d_allreduce(
     return f',"redop":"{redop}"{_tensor_desc(tensors)}', _async(opts)
 
 
+def _d_allreduce_coalesced(
+    pg: RecordingProcessGroup, a: tuple[Any, ...], k: dict[str, Any]
+) -> tuple[str, bool]:
+    """all_reduce's fields plus the element count of each tensor, as ``splits``: which
+    tensors were fused into this one collective (dl2's fusion prediction reads them)."""
+    desc, is_async = _d_allreduce(pg, a, k)
+    tensors = _arg(a, k, 0, "tensors", "tensor")
+    if type(tensors) is list and all(isinstance(t, _Tensor) for t in tensors):
+        desc += f',"splits":[{compact([int(t.numel()) for t in tensors])}]'
+    return desc, is_async
+
+
 def _d_broadcast(
     pg: RecordingProcessGroup, a: tuple[Any, ...], k: dict[str, Any]
 ) -> tuple[str, bool]:
@@ -268,7 +280,7 @@ def _d_monitored_barrier(
 # ones the trampoline falls back to, and old callers may still use.
 _COLLECTIVES: dict[str, tuple[str, Describer]] = {
     "allreduce": ("all_reduce", _d_allreduce),
-    "allreduce_coalesced": ("all_reduce_coalesced", _d_allreduce),
+    "allreduce_coalesced": ("all_reduce_coalesced", _d_allreduce_coalesced),
     "broadcast": ("broadcast", _d_broadcast),
     "reduce": ("reduce", _d_reduce),
     "allgather": ("all_gather", _d_gather_like(1)),
@@ -427,21 +439,122 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             peer_json = "null" if peer is None else peer
             rec.last_tid = tid = _tid()
             batch = ""
+            in_batch = False
             if rec.batches:
                 slot = rec.batches.get(tid)
                 if slot is not None:
+                    in_batch = True
                     if not slot[0]:
                         slot[0] = oid
                     batch = f',"batch":{slot[0]}'
+            # Emulated semantics (dl2.record.emulate): an eager send, a deferred batch op.
+            eager = (
+                direction == "send"
+                and rec.eager_bytes >= 0
+                and _eager_fits(args, kwargs, rec.eager_bytes)
+            )
+            gate = rec.gate
+            deferred = gate is not None and in_batch and not sync
+            extra = ',"eager":true' if eager else ""
+            if deferred:
+                extra += ',"deferred":true'
             rec.emit(
                 f'{{"k":"op","id":{oid},"t":{_now()},"tid":{tid},"gid":{self._dl2_gid_json},'
                 f'"seq":{seq},"op":"{direction}","api":{_json_api(api)},"peer":{peer_json},'
                 f'"tag":{int(tag or 0)}{_tensor_desc(tensors)},"async":{_BOOL[not sync]}'
-                f'{batch},"stack":{stack}}}\n'
+                f'{batch}{extra},"stack":{stack}}}\n'
             )
         except Exception:
             return fn(*args, **kwargs)
+        if gate is not None:
+            try:
+                return self._dl2_gated(
+                    gate,
+                    direction,
+                    oid,
+                    fn,
+                    args,
+                    kwargs,
+                    sync,
+                    anyranks,
+                    stack,
+                    eager,
+                    deferred,
+                    peer,
+                    tag,
+                )
+            except Exception:
+                pass  # the store failed before anything was issued: run it as gloo does
+        if eager:
+            return self._dl2_eager(oid, fn, args, sync, stack)
         return self._dl2_issue(oid, fn, args, kwargs, not sync, anyranks, stack, True)
+
+    def _dl2_gated(
+        self,
+        gate: Any,
+        direction: str,
+        oid: int,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        sync: bool,
+        anyranks: list[int] | None,
+        stack: str,
+        eager: bool,
+        deferred: bool,
+        peer: int | str | None,
+        tag: Any,
+    ) -> Any:
+        """Fused-batch emulation: count the op as posted; a batch op waits for its launch."""
+        me = self._dl2_ranks[self.rank()]
+        src: int | None
+        if direction == "send":
+            if not isinstance(peer, int):
+                raise ValueError("a send without a peer")
+            src, dst = me, peer
+        else:
+            src, dst = (peer if isinstance(peer, int) else None), me
+        gid = self._dl2_gid
+        position = gate.post(direction, gid, src, dst, int(tag or 0))
+
+        def issue() -> Any:
+            if eager:
+                return self._dl2_eager(oid, fn, args, sync, stack)
+            return self._dl2_issue(oid, fn, args, kwargs, not sync, anyranks, stack, True)
+
+        if not deferred:
+            return issue()
+        from dl2.record.emulate import Deferred
+
+        placeholder = DeferredWork()
+        keys = gate.partner_keys(direction, gid, src, dst, int(tag or 0))
+        gate.defer(_tid(), Deferred(issue, keys, position, placeholder))
+        return placeholder
+
+    def _dl2_eager(self, oid: int, fn: Any, args: tuple[Any, ...], sync: bool, stack: str) -> Any:
+        """Issue an eager send: gloo sends a copy in the background, the caller goes on."""
+        rec = self._dl2_rec
+        buffer = [t.detach().clone(memory_format=torch.contiguous_format) for t in args[0]]
+        try:
+            work = fn(buffer, *args[1:])
+        except BaseException as err:
+            rec.ret(oid, err)
+            raise
+        try:
+            rec.eager.add(work, buffer)
+        except Exception:
+            pass
+        if sync:
+            # The blocking send returns at once: its ret, wait and wait's ret together.
+            wid = next(rec.ids)
+            t = _now()
+            rec.emit(
+                f'{{"k":"ret","id":{oid},"t":{t}}}\n{{"k":"wait","id":{wid},"t":{t},'
+                f'"tid":{_tid()},"work":{oid},"stack":{stack}}}\n{{"k":"ret","id":{wid},"t":{t}}}\n'
+            )
+            return EagerWork(oid, rec, buffer, waited=True)
+        rec.ret(oid)
+        return EagerWork(oid, rec, buffer, waited=False)
 
     def _dl2_issue(
         self,
@@ -553,6 +666,123 @@ def _make_collective(method: str, op: str, describe: Describer) -> Callable[...,
 
 for _method, (_op, _describe) in _COLLECTIVES.items():
     setattr(RecordingProcessGroup, _method, _make_collective(_method, _op, _describe))
+
+
+def _eager_fits(args: tuple[Any, ...], kwargs: dict[str, Any], limit: int) -> bool:
+    """Whether a send's tensors (positional, dense) hold at most ``limit`` bytes."""
+    if not args or kwargs or type(args[0]) is not list:
+        return False
+    total = 0
+    for t in args[0]:
+        if not isinstance(t, _Tensor) or t.layout is not torch.strided:
+            return False
+        total += int(t.numel()) * int(t.element_size())
+    return total <= limit
+
+
+class EagerWork(dist.Work):  # type: ignore[misc]
+    """The work of an eager send: complete for the caller from the start.
+
+    ``wait()`` returns True at once; for an async send, each wait is still recorded
+    (a ``wait`` and its ``ret``), as for any other work.
+
+    Args:
+        oid: the op record's id.
+        recorder: the process's recorder.
+        buffer: the copy gloo sends (also what ``result()`` returns).
+        waited: True for a blocking send, whose wait the group recorded already.
+    """
+
+    def __init__(self, oid: int, recorder: Recorder, buffer: list[Any], waited: bool) -> None:
+        super().__init__()
+        self._dl2_oid = oid
+        self._dl2_rec = recorder
+        self._dl2_buffer = buffer
+        self._dl2_waited = waited
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if self._dl2_waited:
+            return True
+        rec = self._dl2_rec
+        try:
+            if rec.active:
+                wid = next(rec.ids)
+                t = _now()
+                rec.emit(
+                    f'{{"k":"wait","id":{wid},"t":{t},"tid":{_tid()},"work":{self._dl2_oid},'
+                    f'"stack":{user_stack(_getframe(1))}}}\n{{"k":"ret","id":{wid},"t":{t}}}\n'
+                )
+        except Exception:
+            pass
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self) -> Any:
+        return None
+
+    def result(self) -> Any:
+        return list(self._dl2_buffer)
+
+    def synchronize(self) -> None:
+        return None
+
+    def get_future(self) -> Any:
+        future: Any = torch.futures.Future()
+        future.set_result(list(self._dl2_buffer))
+        return future
+
+    def block_current_stream(self) -> None:
+        return None
+
+
+class DeferredWork(dist.Work):  # type: ignore[misc]
+    """The work of a fused-batch op, bound to the real work when its batch launches
+    (before ``batch_isend_irecv`` returns); every method forwards to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._dl2_work: Any = None
+
+    def _dl2_bind(self, work: Any) -> None:
+        self._dl2_work = work
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        work = self._dl2_work
+        return bool(work.wait() if timeout is None else work.wait(timeout))
+
+    def is_completed(self) -> bool:
+        return bool(self._dl2_work.is_completed())
+
+    def is_success(self) -> bool:
+        return bool(self._dl2_work.is_success())
+
+    def exception(self) -> Any:
+        return self._dl2_work.exception()
+
+    def result(self) -> Any:
+        return self._dl2_work.result()
+
+    def synchronize(self) -> Any:
+        return self._dl2_work.synchronize()
+
+    def get_future(self) -> Any:
+        return self._dl2_work.get_future()
+
+    def source_rank(self) -> int:
+        return int(self._dl2_work.source_rank())
+
+    def _source_rank(self) -> int:
+        return int(self._dl2_work._source_rank())
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_dl2_"):
+            raise AttributeError(name)
+        return getattr(self._dl2_work, name)
 
 
 class RecordedWork(dist.Work):  # type: ignore[misc]

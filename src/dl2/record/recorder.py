@@ -58,6 +58,12 @@ class Recorder:
         self.ended = False
         self.local = threading.local()
         self.watchdog: Any = None
+        # Emulated backend semantics (see dl2.record.emulate): the eager threshold in
+        # bytes (-1: sends are gloo's rendezvous sends), the undelivered eager sends, and
+        # the fused-batch gate (None: batches are issued op by op, as gloo does).
+        self.eager_bytes = -1
+        self.eager: Any = None
+        self.gate: Any = None
 
     # -- the trace file ---------------------------------------------------------------
 
@@ -68,7 +74,9 @@ class Recorder:
             return
         if writer is not None:
             writer.close()
-        self.writer = TraceWriter(self.run_dir, rank, world_size, "gloo", torch_version)
+        self.writer = TraceWriter(
+            self.run_dir, rank, world_size, "gloo", torch_version, self.emulation()
+        )
         self.fd = self.writer.fd
         self.ended = False
         if self.writer.enabled and self.watchdog is None:
@@ -79,6 +87,24 @@ class Recorder:
                 self.watchdog.start()
             except Exception as err:  # the watchdog is optional
                 _warn(f"watchdog not started: {err!r}")
+
+    def emulation(self) -> dict[str, Any] | None:
+        """The header's ``emulate`` object, or None when gloo runs as is."""
+        if self.eager_bytes < 0 and self.gate is None:
+            return None
+        return {"eager_bytes": max(self.eager_bytes, 0), "fused_batches": self.gate is not None}
+
+    def drain_eager(self, timeout: float) -> None:
+        """Wait (bounded) for the eager sends gloo has not delivered yet."""
+        eager = self.eager
+        if eager is None or not len(eager):
+            return
+        left = eager.drain(timeout)
+        if left:
+            _warn(
+                f"{left} eager send(s) not received after {timeout:g} s; "
+                "exiting without delivering them"
+            )
 
     @property
     def active(self) -> bool:
@@ -206,6 +232,10 @@ class Recorder:
         self.last_tid = 0
         self.watchdog = None
         self.ended = False
+        if self.eager is not None:
+            self.eager.reset_after_fork()
+        if self.gate is not None:
+            self.gate.reset_after_fork()
 
 
 def source_of(work: Any, anysource_ranks: list[int] | None) -> int | None:

@@ -33,6 +33,7 @@ class TraceWriter:
         world_size: size of the default group.
         backend: the inner backend the records describe ("gloo").
         torch_version: ``torch.__version__`` (recorded in the header).
+        emulate: the emulated send semantics (``dl2.record.emulate``), or None.
 
     Attributes:
         path: the trace file, or None when it could not be opened.
@@ -48,6 +49,7 @@ class TraceWriter:
         world_size: int,
         backend: str = "gloo",
         torch_version: str = "",
+        emulate: dict[str, Any] | None = None,
     ) -> None:
         self.rank = rank
         self.pid = os.getpid()
@@ -77,6 +79,8 @@ class TraceWriter:
                 "backend": backend,
                 "argv": list(sys.argv),
             }
+            if emulate is not None:
+                header["emulate"] = emulate
             self.write_bytes(encode(header))
         except OSError as err:
             self.fail(err)

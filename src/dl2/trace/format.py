@@ -15,6 +15,10 @@ Header (``k = "header"``)::
     wall       time.time_ns() at the same moment (aligns ranks for display only)
     torch      torch.__version__;  backend: the inner backend ("gloo")
     argv       sys.argv of the rank
+    emulate    present only when dl2 emulated other send semantics on gloo
+               (``dl2 run --buffer-size``, ``dl2 replay``; see dl2.record.emulate):
+               {"eager_bytes": sends of at most this many bytes were eager,
+                "fused_batches": each batch_isend_irecv launched as one unit}
 
 Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
 
@@ -39,11 +43,17 @@ Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
                count   elements of the input (per rank; summed over the tensors of list
                        and coalesced forms; for scatter, the output, as only the root has
                        an input); splits: all_to_all split sizes [input splits, output
-                       splits], in elements, one per rank (even splits written out)
+                       splits], in elements, one per rank (even splits written out);
+                       all_reduce_coalesced: [[elements of each tensor, in call order]]
                ranks   create_group: global ranks of the new group
                async   true if the user asked for async_op / isend / irecv
                batch   ops issued by one batch_isend_irecv call (or coalescing block) share
                        this id (the id of the batch's first op); null otherwise
+               eager   true for a send of at most ``emulate.eager_bytes`` bytes: it
+                       completed for its rank when issued (the blocking call returned at
+                       once, its work's wait too); gloo delivered a copy in the background
+               deferred  true for an op of a batch under ``emulate.fused_batches``: issued
+                       (its ``ret``) only when every op of its batch could be matched
                stack   [[file, line, function], ...] user frames, innermost first
              Fields that do not apply to an op are absent (a wildcard recv has "peer": null).
 
@@ -81,6 +91,8 @@ MAGIC = "dl2-trace"
 
 # History of FORMAT_VERSION:
 #   1: first version (header + op/ret/wait/done/newgroup/nonmember/state/end records).
+#      Later additions, optional and ignored by older readers: header "emulate", op
+#      "eager" and "deferred", per-tensor "splits" of all_reduce_coalesced.
 FORMAT_VERSION = 1
 
 TRACE_SUFFIX = ".dl2.jsonl"

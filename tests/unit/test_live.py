@@ -1,0 +1,449 @@
+"""The live monitor on trace files written by the test: no torch, no processes.
+
+A fake job stands for the launched processes; the traces are written with the
+builders of ``trace_builders`` and appended to as the test goes, and the monitor is
+driven one poll (``step``) at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dl2.analysis.report import FindingKind
+from dl2.analysis.report import Verdict
+from dl2.live import monitor as monitor_mod
+from dl2.live.monitor import Monitor
+from dl2.live.monitor import MonitorOptions
+from dl2.live.shared import SharedState
+from dl2.live.shared import StoreAddress
+from dl2.live.shared import parse_store
+from dl2.live.shared import store_from_command
+from dl2.live.tailer import TraceTailer
+from dl2.trace.format import encode
+from trace_builders import RankBuilder
+from trace_builders import ranks
+from trace_builders import write_run_dir
+
+POLL = 0.02
+
+
+class FakeJob:
+    """Ranked processes that run until the test (or the monitor) ends them."""
+
+    ranked = True
+
+    def __init__(self, world: int) -> None:
+        self.codes: dict[int, int | None] = {r: None for r in range(world)}
+        self.stopped_by_dl2 = False
+        self.stops = 0
+
+    def poll(self) -> dict[int, int | None]:
+        return dict(self.codes)
+
+    def finished(self) -> bool:
+        return all(c is not None for c in self.codes.values())
+
+    def exit_code(self) -> int:
+        return next((c for c in self.codes.values() if c), 0)
+
+    def stop(self, extra_pids: Any = (), grace: float = 3.0) -> None:
+        self.stopped_by_dl2 = True
+        self.stops += 1
+        for rank, code in self.codes.items():
+            if code is None:
+                self.codes[rank] = -15
+
+
+class FakeStore:
+    """An in-memory stand-in for a TCPStore client; ``broken`` makes every call fail."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+        self.broken = False
+
+    def _ok(self) -> None:
+        if self.broken:
+            raise RuntimeError("Connection reset by peer")
+
+    def set(self, key: str, value: bytes | str) -> None:
+        self._ok()
+        self.data[key] = value.encode() if isinstance(value, str) else bytes(value)
+
+    def get(self, key: str) -> bytes:
+        self._ok()
+        return self.data[key]
+
+    def add(self, key: str, amount: int) -> int:
+        self._ok()
+        value = int(self.data.get(key, b"0")) + amount
+        self.data[key] = str(value).encode()
+        return value
+
+    def append(self, key: str, value: bytes | str) -> None:
+        self._ok()
+        extra = value.encode() if isinstance(value, str) else bytes(value)
+        self.data[key] = self.data.get(key, b"") + extra
+
+    def check(self, keys: list[str]) -> bool:
+        self._ok()
+        return all(k in self.data for k in keys)
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        return [self.get(k) for k in keys]
+
+    def delete_key(self, key: str) -> bool:
+        self._ok()
+        return self.data.pop(key, None) is not None
+
+
+def append(directory: Path, builder: RankBuilder, *records: dict[str, Any]) -> None:
+    """Append records to a rank's trace file (as the rank would)."""
+    path = next(directory.glob(f"rank{builder.rank:05d}.*"))
+    with path.open("ab") as handle:
+        for record in records:
+            handle.write(encode(record))
+
+
+def make_monitor(run_dir: Path, job: FakeJob, notices: list[str], **options: Any) -> Monitor:
+    options.setdefault("poll_interval", POLL)
+    return Monitor(
+        run_dir,
+        job,  # type: ignore[arg-type]
+        MonitorOptions(**options),
+        notice=notices.append,
+    )
+
+
+def steps(monitor: Monitor, count: int) -> Any:
+    """Poll ``count`` times (or until an outcome); return the outcome or None."""
+    for _ in range(count):
+        outcome = monitor.step()
+        if outcome is not None:
+            return outcome
+        time.sleep(POLL)
+    return None
+
+
+def send_send(tmp_path: Path) -> tuple[Path, list[RankBuilder]]:
+    r0, r1 = ranks(2)
+    r0.call("send", 17, peer=1, complete=False)
+    r1.call("send", 17, peer=0, complete=False)
+    return write_run_dir([r0, r1], tmp_path / "run"), [r0, r1]
+
+
+# -- the proof ------------------------------------------------------------------------------
+
+
+def test_deadlock_is_proven_from_two_snapshots_and_stops_the_job(tmp_path):
+    # GIVEN two ranks each blocked in a send to the other
+    run_dir, _ = send_send(tmp_path)
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices)
+    # WHEN the monitor polls
+    outcome = steps(monitor, 20)
+    # THEN it proves the deadlock, stops the job and says when
+    assert outcome is not None and outcome.reason == "deadlock"
+    assert job.stops == 1
+    assert outcome.report.verdict is Verdict.DEADLOCK
+    assert outcome.report.findings[0].ranks == (0, 1)
+    assert outcome.verdict_wall_time is not None and outcome.detected_after is not None
+
+
+def test_progress_between_the_two_snapshots_is_no_proof(tmp_path, monkeypatch):
+    # GIVEN a deadlock candidate seen once
+    run_dir, (r0, _) = send_send(tmp_path)
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices)
+    seen: list[frozenset[int]] = []
+    original = monitor._prove
+
+    def prove(built: Any, now: float) -> Any:
+        if built.wfg.deadlocked and not seen:
+            seen.append(built.wfg.deadlocked)
+            original(built, now)  # the first snapshot makes the candidate
+            # WHEN rank 0 writes a record before the second snapshot
+            append(run_dir, r0, {"k": "done", "id": 99, "t": 1})
+            return None
+        return original(built, now)
+
+    monkeypatch.setattr(monitor, "_prove", prove)
+    outcome = steps(monitor, 3)
+    # THEN no verdict comes from that pair of snapshots
+    assert seen and outcome is None
+    # and the verdict comes later, once the ranks stay still
+    assert steps(monitor, 20).reason == "deadlock"
+
+
+def test_report_mode_reports_once_and_keeps_the_job(tmp_path):
+    run_dir, _ = send_send(tmp_path)
+    job, notices = FakeJob(2), []
+    reports: list[Any] = []
+    monitor = Monitor(
+        run_dir,
+        job,  # type: ignore[arg-type]
+        MonitorOptions(poll_interval=POLL, on_deadlock="report"),
+        on_report=reports.append,
+        notice=notices.append,
+    )
+    assert steps(monitor, 25) is None
+    assert len(reports) == 1 and reports[0].verdict is Verdict.DEADLOCK
+    assert job.stops == 0
+    assert sum("deadlock proven" in n for n in notices) == 1
+
+
+def test_wait_mode_neither_reports_nor_stops_until_the_hang_timeout(tmp_path):
+    run_dir, _ = send_send(tmp_path)
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices, on_deadlock="wait", hang_timeout=0.5)
+    assert steps(monitor, 5) is None and job.stops == 0
+    outcome = steps(monitor, 100)
+    assert outcome.reason == "hang-timeout" and job.stops == 1
+    assert outcome.report.verdict is Verdict.DEADLOCK
+
+
+# -- hang suspects --------------------------------------------------------------------------
+
+
+def suspect_case(tmp_path: Path) -> tuple[Path, list[RankBuilder]]:
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 11, complete=False)
+    r1.add(
+        {
+            "k": "state",
+            "t": 5,
+            "pending": [],
+            "where": "python",
+            "stack": [["train.py", 10, "slow"], ["train.py", 30, "main"]],
+        }
+    )
+    return write_run_dir([r0, r1], tmp_path / "run"), [r0, r1]
+
+
+def test_hang_suspect_is_printed_once_with_its_stack_and_never_stops_the_job(tmp_path):
+    # GIVEN rank 0 in all_reduce, rank 1 in Python code for longer than suspect_after
+    run_dir, _ = suspect_case(tmp_path)
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices, suspect_after=0.1, hang_timeout=0.2)
+    # WHEN the monitor polls well past both thresholds
+    outcome = steps(monitor, 40)
+    # THEN one suspect notice names rank 1 and its line; the job is never stopped
+    assert outcome is None and job.stops == 0
+    suspects = [n for n in notices if n.startswith("hang suspect")]
+    assert len(suspects) == 1
+    assert "Rank 1" in suspects[0] and "train.py:10 in slow" in suspects[0]
+    # and the final report of a job still stuck (here: interrupted) carries it
+    monitor.stop_job()
+    final = monitor._final("interrupted")
+    kinds = [f.kind for f in final.report.findings]
+    assert FindingKind.HANG_SUSPECT in kinds and FindingKind.DEADLOCK not in kinds
+
+
+# -- faults ---------------------------------------------------------------------------------
+
+
+def test_truncated_record_is_read_once_complete(tmp_path):
+    r0 = RankBuilder(0, 1)
+    run_dir = write_run_dir([r0], tmp_path / "run")
+    path = next(run_dir.glob("rank*"))
+    line = encode({"k": "op", "id": 1, "t": 1, "gid": "0", "seq": 0, "op": "barrier"})
+    tailer = TraceTailer(run_dir)
+    with path.open("ab") as handle:
+        handle.write(line[:10])
+    tailer.refresh()
+    assert tailer.progress() == {0: 0}
+    assert tailer.traces()[0].truncated
+    with path.open("ab") as handle:
+        handle.write(line[10:])
+    tailer.refresh()
+    assert tailer.progress() == {0: 1} and tailer.traces()[0].truncated is None
+    assert tailer.possibly_blocked() == {0}
+
+
+def test_a_partial_record_that_stays_turns_live_detection_off(tmp_path, monkeypatch):
+    monkeypatch.setattr(monitor_mod, "PARTIAL_WRITE_S", 0.05)
+    run_dir, _ = send_send(tmp_path)
+    path = next(run_dir.glob("rank00000*"))
+    with path.open("ab") as handle:
+        handle.write(b'{"k":"ret","id"')
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices)
+    assert steps(monitor, 20) is None and job.stops == 0
+    assert any("partial record" in n and "post-mortem" in n for n in notices)
+
+
+def test_a_full_trace_directory_degrades_to_post_mortem(tmp_path, monkeypatch):
+    # GIVEN a deadlock, but a trace directory with almost no space left
+    run_dir, _ = send_send(tmp_path)
+
+    class Tiny:
+        f_bavail, f_frsize = 10, 4096
+
+    monkeypatch.setattr(monitor_mod.os, "statvfs", lambda path: Tiny())
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices, hang_timeout=0.1)
+    # THEN no live verdict and no stop (records may be missing), and it says so
+    assert steps(monitor, 20) is None and job.stops == 0
+    assert sum("nearly full" in n for n in notices) == 1
+    # and when the job ends, the traces are analysed post mortem, with the warning
+    job.codes = {0: 1, 1: 1}
+    final = monitor.step()
+    assert final.reason == "finished"
+    assert any("post-mortem" in n for n in final.notes)
+
+
+def test_a_killed_rank_ends_the_job_and_its_peer_wait_is_orphaned(tmp_path):
+    r0, r1 = ranks(2)
+    r0.call("recv", 21, peer=1, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices)
+    assert steps(monitor, 2) is None
+    job.codes[1] = -9
+    outcome = steps(monitor, int(2 * monitor_mod.FAILED_GRACE_S / POLL))
+    assert outcome.reason == "rank-failed" and job.stops == 1
+    orphaned = [f for f in outcome.report.findings if f.kind is FindingKind.ORPHANED_WAIT]
+    assert orphaned and orphaned[0].ranks == (0, 1)
+    assert orphaned[0].ops[0].line == 21
+
+
+# -- several nodes --------------------------------------------------------------------------
+
+
+def two_nodes(tmp_path: Path, store: FakeStore, **options: Any) -> tuple[Monitor, Monitor, list]:
+    r0, r1 = ranks(2)
+    r0.call("send", 17, peer=1, complete=False)
+    r1.call("send", 17, peer=0, complete=False)
+    dirs = [write_run_dir([b], tmp_path / f"node{b.rank}") for b in (r0, r1)]
+    notices: list[str] = []
+    monitors = []
+    for rank, run_dir in enumerate(dirs):
+        job = FakeJob(1)
+        job.codes = {rank: None}
+        job.ranked = False
+        job.poll = lambda job=job: {-1: None if not job.stopped_by_dl2 else -15}  # type: ignore
+        shared = SharedState(StoreAddress("h", 1, "job"), str(run_dir), connect=lambda a: store)
+        options.setdefault("poll_interval", POLL)
+        monitor = Monitor(
+            run_dir,
+            job,  # type: ignore[arg-type]
+            MonitorOptions(ack_timeout=0.05, **options),
+            notice=notices.append,
+            shared=shared,
+            render_json=lambda report: json.dumps({"verdict": report.verdict.value}),
+        )
+        monitors.append(monitor)
+    return monitors[0], monitors[1], notices
+
+
+@pytest.fixture
+def alive(monkeypatch):
+    """Every rank process named in a header counts as alive."""
+    monkeypatch.setattr(monitor_mod, "process_alive", lambda pid: True)
+
+
+def step_both(leader: Monitor, follower: Monitor, count: int) -> tuple[Any, Any]:
+    for _ in range(count):
+        first = leader.step()
+        second = follower.step()
+        if first is not None or second is not None:
+            return first, second or follower.step()
+        time.sleep(POLL)
+    return None, None
+
+
+def test_the_node_of_rank_0_reports_and_the_other_follows(tmp_path, alive):
+    store = FakeStore()
+    leader, follower, _ = two_nodes(tmp_path, store)
+    first, second = step_both(leader, follower, 60)
+    assert first is not None and first.reason == "deadlock"
+    assert first.report.findings[0].ranks == (0, 1)
+    assert second is not None and second.reason == "remote-verdict"
+    assert second.remote["ranks"] == [0, 1] and second.remote["exit_code"] == 3
+    assert json.loads(second.remote_report) == {"verdict": "deadlock"}
+    assert leader.job.stopped_by_dl2 and follower.job.stopped_by_dl2
+    # the leader deleted every chunk it read: the store holds only what is in flight
+    assert not [k for k in store.data if k.startswith("dl2/job/f/") and not k.endswith("/n")]
+
+
+def test_no_verdict_until_the_other_node_has_read_its_files_again(tmp_path, alive):
+    store = FakeStore()
+    leader, follower, _ = two_nodes(tmp_path, store)
+    # both nodes connected and mirrored once
+    for _ in range(40):
+        leader.step()
+        if leader._candidate is not None:
+            break
+        follower.step()
+        time.sleep(POLL)
+    assert leader._candidate is not None
+    # WHEN only the leader polls, the remote member's state is never re-read
+    assert steps(leader, 10) is None
+    # THEN once the follower pushes again, the proof completes
+    follower.step()
+    assert steps(leader, 5).reason == "deadlock"
+
+
+def test_a_lost_store_means_local_only_analysis(tmp_path, alive):
+    store = FakeStore()
+    leader, follower, notices = two_nodes(tmp_path, store)
+    for _ in range(10):
+        leader.step()
+        follower.step()
+        if leader.shared.ready and follower.shared.ready:
+            break
+        time.sleep(POLL)
+    store.broken = True
+    assert step_both(leader, follower, 20) == (None, None)
+    assert sum("lost the job's store" in n for n in notices) == 2
+    assert leader.tailer.progress().keys() == {0}
+    assert any("local-only" in n for n in leader.notes)
+
+
+RDZV = ["--rdzv-endpoint=h:29400", "t.py"]
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["torchrun", "--nproc-per-node", "2", "t.py"], None),
+        (["torchrun", "--standalone", "--nnodes", "2", "t.py"], None),
+        (
+            ["torchrun", "--nnodes", "2", "--rdzv-endpoint", "10.0.0.1:1234", "t.py", "--nnodes"],
+            StoreAddress("10.0.0.1", 1234, "none", "--rdzv-endpoint"),
+        ),
+        (
+            ["/x/python", "-m", "torch.distributed.run", "--nnodes=1:4", "--rdzv_id=abc", *RDZV],
+            StoreAddress("h", 29400, "abc", "--rdzv-endpoint"),
+        ),
+        (
+            ["torchrun", "--nnodes", "2", "--master-addr", "m", "--master-port", "7", "t.py"],
+            StoreAddress("m", 7, "none", "--master-addr"),
+        ),
+        (["python", "t.py", "--nnodes", "2"], None),
+    ],
+)
+def test_store_address_from_a_torchrun_command(command, expected):
+    assert store_from_command(command) == expected
+
+
+def test_store_option_and_an_unknown_store():
+    assert parse_store("h:12/run") == StoreAddress("h", 12, "run", "--store")
+    with pytest.raises(ValueError):
+        parse_store("nohost")
+    with pytest.raises(ValueError):
+        store_from_command(["torchrun", "--nnodes", "2", "t.py"])
+
+
+def test_the_monitor_never_imports_torch_on_one_node(tmp_path):
+    code = "import sys, dl2.live.monitor, dl2.cli.run; sys.exit(1 if 'torch' in sys.modules else 0)"
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode == 0

@@ -249,3 +249,14 @@ def test_every_analysis_handles_the_empty_session(name):
     report = analyze(empty)
     assert report.verdict is Verdict.OK
     assert report.findings == ()
+
+
+def test_p2p_dtype_mismatch_is_a_defect():
+    # GIVEN a send of float32[4] received as int32[4]: gloo completes it with garbage
+    r0, r1 = ranks(2)
+    r0.call("send", 10, peer=1, dtype="float32")
+    r1.call("recv", 20, peer=0, dtype="int32")
+    report = analyze(session([r0.end(), r1.end()]))
+    assert report.verdict is Verdict.DEFECT
+    assert kinds(report) == [FindingKind.P2P_MISMATCH]
+    assert {(o.rank, o.line) for o in report.findings[0].ops} == {(0, 10), (1, 20)}

@@ -20,6 +20,7 @@ from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
 from dl2.analysis.matching import nonmember_findings
 from dl2.analysis.matching import p2p_findings
+from dl2.analysis.matching import p2p_mismatch_findings
 from dl2.analysis.potential import potential_deadlock_findings
 from dl2.analysis.report import Finding
 from dl2.analysis.report import FindingKind
@@ -67,6 +68,7 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "groups": lambda c: group_findings(c.graph),
     "nonmember": lambda c: nonmember_findings(c.graph),
     "p2p": lambda c: p2p_findings(c.graph, c.job_ended),
+    "p2p-mismatch": lambda c: p2p_mismatch_findings(c.graph),
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
     "prediction": _prediction,
     # fusion passes the run itself shows to depend on each rank's ready order
@@ -89,6 +91,7 @@ def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Ve
         return Verdict.DEADLOCK
     if kinds & {
         FindingKind.COLLECTIVE_MISMATCH,
+        FindingKind.P2P_MISMATCH,
         FindingKind.GROUP_MISMATCH,
         FindingKind.NONMEMBER_CALL,
     }:

@@ -22,8 +22,9 @@ What the trace shows
 The model (:func:`fusion_witnesses` with ``assume=True``, ``dl2 predict --fusion``)
     The tensors of a window may become ready in any order on each rank, and each rank
     fuses them greedily in its ready order into buckets of at most F tensors or B bytes
-    (a larger tensor goes alone), F and B being the largest bucket the recorded window
-    shows (its tensor count; its bytes): limits the recording proves the policy allows.
+    (a larger tensor goes alone), F being the most tensors of a recorded bucket and B the
+    most bytes of a recorded bucket of several tensors: limits the recording proves the
+    policy allows.
     Greedy fusion of the recorded order under these limits gives back the recorded
     buckets (checked: a window it does not is left alone, as it does not follow the
     model).  Another order whose buckets hold other tensors is a witness.  Tensors are
@@ -104,10 +105,13 @@ class FusionWindow:
 
     @property
     def limits(self) -> tuple[int, int]:
-        """(most tensors, most bytes) of one recorded bucket."""
+        """The tightest limits the recorded buckets prove: (most tensors of a bucket, most
+        bytes of a bucket of several tensors).  A tensor alone in its bucket may exceed
+        the byte limit (it goes alone), so single-tensor buckets say nothing of it."""
+        shared = [sum(b) * self.itemsize for b in self.buckets if len(b) > 1]
         return (
             max(len(b) for b in self.buckets),
-            max(sum(b) * self.itemsize for b in self.buckets),
+            max(shared) if shared else max(sum(b) * self.itemsize for b in self.buckets),
         )
 
 

@@ -127,6 +127,52 @@ def p2p_findings(graph: ExecutionGraph, job_ended: bool) -> list[Finding]:
     return findings
 
 
+def p2p_mismatch_findings(graph: ExecutionGraph) -> list[Finding]:
+    """Matched sends and receives whose dtype or element count differ.
+
+    gloo aborts on a byte-size difference and silently reinterprets the bytes of a
+    same-size dtype difference; either way the pair is wrong.
+    """
+    findings: list[Finding] = []
+    for rank, timeline in sorted(graph.timelines.items()):
+        for send in timeline.ops:
+            if send.op != "send":
+                continue
+            recv = graph.p2p_partner.get(op_key(send))
+            if recv is None:
+                continue
+            differing = [
+                name
+                for name, a, b in (
+                    ("dtype", send.dtype, recv.dtype),
+                    ("count", send.count, recv.count),
+                )
+                if a is not None and b is not None and a != b
+            ]
+            if not differing:
+                continue
+            findings.append(
+                Finding(
+                    kind=FindingKind.P2P_MISMATCH,
+                    ranks=tuple(sorted({rank, recv.rank})),
+                    ops=(op_ref(send), op_ref(recv)),
+                    message=(
+                        f"Rank {rank} sends {send.signature} at {where(send)} but rank "
+                        f"{recv.rank} receives {recv.signature} at {where(recv)} "
+                        f"({' and '.join(differing)} "
+                        f"{'differ' if len(differing) > 1 else 'differs'})."
+                    ),
+                    hint=(
+                        "Use the same dtype and number of elements on both sides of a "
+                        "send/recv pair (gloo aborts on a size difference and reinterprets "
+                        "the bytes of a same-size dtype)."
+                    ),
+                    group=send.gid,
+                )
+            )
+    return findings
+
+
 def _call_ref(rank: int, record: dict[str, Any], op: str) -> OpRef:
     stack = record.get("stack") or []
     frame = stack[0] if stack and isinstance(stack[0], list) and len(stack[0]) >= 2 else None

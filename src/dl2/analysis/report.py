@@ -34,6 +34,8 @@ class FindingKind(str, Enum):
     COLLECTIVE_MISSING = "collective-missing"
     #: a send or receive that no operation on the peer matches
     P2P_UNMATCHED = "p2p-unmatched"
+    #: a matched send and receive disagree on dtype or element count
+    P2P_MISMATCH = "p2p-mismatch"
     #: new_group called with different arguments, or by only some ranks
     GROUP_MISMATCH = "group-mismatch"
     #: a collective called on a group the rank is not a member of (torch skips it)

@@ -54,7 +54,6 @@ the ``eval`` section of ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import io
 import json
@@ -214,12 +213,16 @@ def run_dl2(case: Case, workdir: Path, log_dir: Path | None = None, steps: int =
             code: int | None = proc.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             code = None
-            note = f"dl2 run killed after {RUN_TIMEOUT_S} s"
+            note = f"no verdict: dl2 run killed after {RUN_TIMEOUT_S} s"
         finally:
             kill_group(proc.pid)
             proc.wait()
     end_ns = time.monotonic_ns()
     wall = time.monotonic() - start
+    if code is None:
+        lines = [ln for ln in out_path.read_text(errors="replace").splitlines() if ln.strip()]
+        if lines:
+            note += f" (dl2's last output: {lines[-1].strip()[:160]})"
     report: dict[str, Any] = {}
     if report_path.exists():
         try:
@@ -415,7 +418,7 @@ def anchor_plain(case: Case) -> AnchorResult:
         None if first_error is None else round(first_error, 2),
         detected,
         None,
-        evidence=_first_error_line(run),
+        evidence=_first_error_line(run) or run.describe(),
     )
 
 
@@ -447,20 +450,21 @@ def anchor_detail(case: Case) -> AnchorResult:
         bool(hits),
         (bool(hits) and named >= case.ranks) if case.positive else None,
         sorted(named),
-        (hits[0] if hits else _first_error_line(run))[:300],
+        (hits[0] if hits else _first_error_line(run) or run.describe())[:300],
     )
 
 
 _FR_LOCK = threading.Lock()
 
 
-def fr_repair(src: Path, dst: Path) -> None:
+def fr_repair(src: Path, dst: Path, world: int) -> None:
     """Copy the rank dumps of ``src`` to ``dst`` with ``pg_config`` filled from the entries.
 
-    torch 2.13's gloo records ``pg_config`` as ``{"": {"name": "", "desc": "",
-    "ranks": <world>}}`` while entries name the group ``("0", "default_pg")``; the
-    analyser then fails on the lookup.  Each group seen in the entries gets a config:
-    the default group all ranks, any other group the ranks whose entries use it.
+    torch 2.13's gloo records ``pg_config`` as one entry ``{"": {"name": "", "desc": "",
+    "ranks": <ranks of the group created last>}}`` while entries name their group
+    ``("0", "default_pg")``, ``("1", "undefined")``, ...; the analyser then fails on the
+    lookup.  Each group seen in the entries gets a config: the default group all
+    ``world`` ranks, any other group the ranks whose entries use it.
     """
     dumps = {}
     for path in src.glob("rank_*"):
@@ -475,10 +479,9 @@ def fr_repair(src: Path, dst: Path) -> None:
             members.setdefault(tuple(entry["process_group"]), set()).add(rank)
     dst.mkdir(parents=True, exist_ok=True)
     for path, dump in dumps.items():
-        world = ast.literal_eval(dump.get("pg_config", {}).get("", {}).get("ranks", "[]"))
         config = {}
         for (name, desc), ranks in members.items():
-            group = list(world) if desc == "default_pg" else sorted(ranks)
+            group = list(range(world)) if desc == "default_pg" else sorted(ranks)
             config[name] = {"name": name, "desc": desc, "ranks": str(group)}
         dump["pg_config"] = config
         (dst / path.name).write_bytes(pickle.dumps(dump))
@@ -513,11 +516,14 @@ def _torchfrtrace(trace_dir: Path, incomplete: bool) -> str:
 
 def anchor_fr(case: Case) -> AnchorResult:
     dump_dir = Path(tempfile.mkdtemp(prefix="dl2-bench-fr-"))
-    trigger = dump_dir / "TRIGGER"
+    state = dump_dir / "state"
+    state.mkdir()
+    trigger = state / "TRIGGER"
     env = {
         "TORCH_FR_BUFFER_SIZE": "2000",
         "TORCH_FR_DUMP_TEMP_FILE": str(dump_dir / "rank_"),
         "BENCH_FR_TRIGGER": str(trigger),
+        "BENCH_FR_STATE": str(state),
         "PYTHONPATH": os.pathsep.join(
             [str(FR_HOOK_DIR), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
@@ -525,23 +531,31 @@ def anchor_fr(case: Case) -> AnchorResult:
     trigger_at = anchor_cap(case)
 
     def tick(elapsed: float, codes: dict[int, int | None]) -> bool:
+        alive = [r for r, c in codes.items() if c is None]
         if elapsed >= trigger_at and not trigger.exists():
+            # A job whose live ranks all reached destroy_process_group is finishing
+            # (writing its dumps), not hung: it gets FR_DUMP_GRACE_S more.
+            if all((state / f"destroy.{r}").exists() for r in alive):
+                return False
             trigger.touch()
         if trigger.exists():
-            alive = [r for r, c in codes.items() if c is None]
-            return all((dump_dir / f"rank_{r}").exists() for r in alive)
+            return all((state / f"dumped.{r}").exists() for r in alive)
         return False
 
     run = launch(
         case.path, case.world, trigger_at + FR_DUMP_GRACE_S, env, on_tick=tick, grace_after_tick=0.5
     )
     dumped = sorted(int(p.name.split("_")[1]) for p in dump_dir.glob("rank_*") if p.suffix == "")
+    why = {}
+    for rank in dumped:
+        with contextlib.suppress(OSError):
+            why[rank] = (state / f"dumped.{rank}").read_text()
     incomplete = len(dumped) < case.world
     raw = _torchfrtrace(dump_dir, incomplete) if dumped else "no dump"
     repaired = ""
     if dumped:
         fixed = dump_dir / "repaired"
-        fr_repair(dump_dir, fixed)
+        fr_repair(dump_dir, fixed, case.world)
         repaired = _torchfrtrace(fixed, incomplete)
     detected = "has errors" in repaired or "Not all ranks joining" in repaired
     named: set[int] = set()
@@ -556,7 +570,7 @@ def anchor_fr(case: Case) -> AnchorResult:
         if "error msg" in ln or "Not all ranks" in ln or "missing ranks" in ln
     ]
     evidence = (
-        f"dumps {dumped}; raw: {raw_failed.group(1)[:80] if raw_failed else 'ok'}; "
+        f"dumps {why or dumped}; raw: {raw_failed.group(1)[:80] if raw_failed else 'ok'}; "
         f"repaired: {(lines[0] if lines else 'no error')[:160]}"
     )
     shutil.rmtree(dump_dir, ignore_errors=True)
@@ -666,7 +680,18 @@ def _group_stats(
                 for a, r in zip(got, results, strict=True)
                 if a and a.detected and r.label != "ok" and a.time_s is not None
             ]
-            stats[name] = {"detected": det_pos, "false_alarms": fa, "culprit": cul, "times": times}
+            broken = [
+                r.case
+                for a, r in zip(got, results, strict=True)
+                if r.label == "ok" and a is not None and a.outcome != "exit 0"
+            ]
+            stats[name] = {
+                "detected": det_pos,
+                "false_alarms": fa,
+                "culprit": cul,
+                "times": times,
+                "ok_runs_failed": broken,
+            }
     return stats
 
 
@@ -729,6 +754,10 @@ def build_table(
     ]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]
     return "\n".join(lines), summary
+
+
+def summary_all(results: list[Dl2Result], anchors: list[AnchorResult]) -> dict[str, Any]:
+    return _group_stats(results, {(a.anchor, a.case): a for a in anchors})
 
 
 def _miss_reason(r: Dl2Result) -> str:
@@ -870,6 +899,17 @@ def docs_section(
             overhead_table(overhead),
             "",
         ]
+    if anchors:
+        total = summary_all(results, anchors)
+        for name in ANCHORS:
+            broken = total[name]["ok_runs_failed"]
+            if broken:
+                parts.append(
+                    f"Under the {name} anchor, {len(broken)} correct case(s) did not exit 0: "
+                    + ", ".join(f"`{c}`" for c in broken)
+                    + "."
+                )
+        parts.append("")
     parts += ["dl2 misses in this run:", ""]
     parts += [f"* {m}" for m in miss] or ["* none"]
     if anchors:
@@ -961,7 +1001,11 @@ def main(argv: list[str] | None = None) -> int:
 
     anchor_results: list[AnchorResult] | None = None
     if args.anchors:
-        print(f"anchors: {len(cases)} cases × {len(ANCHORS)}, cap {ANCHOR_CAP_S:.0f} s", flush=True)
+        print(
+            f"anchors: {len(cases)} cases × {len(ANCHORS)}, cap {ANCHOR_CAP_S:.0f} s "
+            f"({WORKLOAD_CAP_S:.0f} s for workloads)",
+            flush=True,
+        )
         anchor_results = run_anchors(cases, args.anchor_jobs)
     anchor_map = {(a.anchor, a.case): a for a in anchor_results} if anchor_results else None
 
@@ -980,6 +1024,13 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for m in misses(results) or ["no dl2 miss"]:
         print(f"  miss: {m}")
+    if anchor_results:
+        total = summary_all(results, anchor_results)
+        for name in ANCHORS:
+            if total[name]["ok_runs_failed"]:
+                print(
+                    f"  {name} anchor: correct cases that failed: {total[name]['ok_runs_failed']}"
+                )
     print(f"\neval: done in {elapsed / 60:.1f} min")
 
     record = {

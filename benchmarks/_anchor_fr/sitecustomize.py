@@ -13,6 +13,11 @@ name torch's own dumps use):
 * at an uncaught exception, and when the job calls ``destroy_process_group`` (the
   thread wraps it once ``torch.distributed`` is imported), or at exit if it does not.
 
+The dump symbolises the recorded Python stacks, which costs a few CPU seconds per rank;
+so that a job slowed down by its own dump at ``destroy_process_group`` is not taken for
+a hung one, the hook leaves ``destroy.<rank>`` and ``dumped.<rank>`` (holding the
+reason) in the directory ``BENCH_FR_STATE``.
+
 A rank killed by a signal (gloo's SIGABRT on a size mismatch) writes nothing.
 """
 
@@ -44,15 +49,29 @@ def _dump(reason):
         with open(tmp, "wb") as handle:
             handle.write(data)
         os.replace(tmp, f"{prefix}{rank}")
+        _mark(f"dumped.{rank}", reason)
         _written.append(reason)
     except Exception as err:  # never disturb the job
         print(f"[fr-anchor] dump failed: {err!r}", file=sys.stderr, flush=True)
+
+
+def _mark(name, text=""):
+    """Leave ``name`` in ``BENCH_FR_STATE`` (the harness reads how far each rank got)."""
+    where = os.environ.get("BENCH_FR_STATE")
+    if where:
+        try:
+            with open(os.path.join(where, name), "w") as handle:
+                handle.write(text)
+        except OSError:
+            pass
 
 
 def _wrap_destroy(dist):
     original = dist.destroy_process_group
 
     def destroy_process_group(*args, **kwargs):
+        if dist.is_initialized():
+            _mark(f"destroy.{dist.get_rank()}")
         _dump("destroy")
         return original(*args, **kwargs)
 

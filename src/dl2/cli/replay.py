@@ -35,6 +35,7 @@ from dl2.replay.plan import build_replay_plan
 from dl2.replay.runner import ReplayConfig
 from dl2.replay.runner import new_run_dir
 from dl2.replay.runner import run_plan
+from dl2.trace.session import Session
 from dl2.trace.session import load_session
 
 
@@ -130,13 +131,11 @@ def _read_witness(path: str) -> Witness:
 
 
 def _config(
-    buffer_size: int | None, witness: Witness | None, session: object
+    buffer_size: int | None, witness: Witness | None, session: Session
 ) -> tuple[ReplayConfig, list[str]]:
     """The emulated semantics: --buffer-size, else the witness's, else the recording's."""
-    from dl2.trace.session import Session
-
     notes: list[str] = []
-    recorded = recorded_semantics(session) if isinstance(session, Session) else None
+    recorded = recorded_semantics(session)
     fused = False
     if witness is not None:
         semantics = witness.semantics

@@ -448,11 +448,14 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
                         slot[0] = oid
                     batch = f',"batch":{slot[0]}'
             # Emulated semantics (dl2.record.emulate): an eager send, a deferred batch op.
-            eager = (
-                direction == "send"
+            eager_args = (
+                _eager_copy(args)
+                if direction == "send"
                 and rec.eager_bytes >= 0
                 and _eager_fits(args, kwargs, rec.eager_bytes)
+                else None
             )
+            eager = eager_args is not None
             gate = rec.gate
             deferred = gate is not None and in_batch and not sync
             extra = ',"eager":true' if eager else ""
@@ -468,44 +471,36 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             return fn(*args, **kwargs)
         if gate is not None:
             try:
-                return self._dl2_gated(
-                    gate,
-                    direction,
-                    oid,
-                    fn,
-                    args,
-                    kwargs,
-                    sync,
-                    anyranks,
-                    stack,
-                    eager,
-                    deferred,
-                    peer,
-                    tag,
-                )
+                placeholder = self._dl2_post(
+                    gate, direction, peer, tag, deferred, oid, fn, args, kwargs, eager_args,
+                    anyranks, stack,
+                )  # fmt: skip
             except Exception:
-                pass  # the store failed before anything was issued: run it as gloo does
-        if eager:
-            return self._dl2_eager(oid, fn, args, sync, stack)
+                placeholder = None  # the store failed: the op runs as gloo runs it
+            if placeholder is not None:
+                return placeholder
+        if eager_args is not None:
+            return self._dl2_eager(oid, fn, eager_args, sync, stack)
         return self._dl2_issue(oid, fn, args, kwargs, not sync, anyranks, stack, True)
 
-    def _dl2_gated(
+    def _dl2_post(
         self,
         gate: Any,
         direction: str,
+        peer: int | str | None,
+        tag: Any,
+        deferred: bool,
         oid: int,
         fn: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
-        sync: bool,
+        eager_args: tuple[Any, ...] | None,
         anyranks: list[int] | None,
         stack: str,
-        eager: bool,
-        deferred: bool,
-        peer: int | str | None,
-        tag: Any,
     ) -> Any:
-        """Fused-batch emulation: count the op as posted; a batch op waits for its launch."""
+        """Fused-batch emulation: count the op as posted in the job's store; for an op of a
+        batch, defer its issue to the batch's launch and return the caller's placeholder
+        work (None: issue it now)."""
         me = self._dl2_ranks[self.rank()]
         src: int | None
         if direction == "send":
@@ -516,15 +511,14 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             src, dst = (peer if isinstance(peer, int) else None), me
         gid = self._dl2_gid
         position = gate.post(direction, gid, src, dst, int(tag or 0))
+        if not deferred:
+            return None
+        from dl2.record.emulate import Deferred
 
         def issue() -> Any:
-            if eager:
-                return self._dl2_eager(oid, fn, args, sync, stack)
-            return self._dl2_issue(oid, fn, args, kwargs, not sync, anyranks, stack, True)
-
-        if not deferred:
-            return issue()
-        from dl2.record.emulate import Deferred
+            if eager_args is not None:
+                return self._dl2_eager(oid, fn, eager_args, False, stack)
+            return self._dl2_issue(oid, fn, args, kwargs, True, anyranks, stack, True)
 
         placeholder = DeferredWork()
         keys = gate.partner_keys(direction, gid, src, dst, int(tag or 0))
@@ -532,11 +526,12 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         return placeholder
 
     def _dl2_eager(self, oid: int, fn: Any, args: tuple[Any, ...], sync: bool, stack: str) -> Any:
-        """Issue an eager send: gloo sends a copy in the background, the caller goes on."""
+        """Issue an eager send (``args`` holds the copy of its tensors, see
+        :func:`_eager_copy`): gloo sends the copy in the background, the caller goes on."""
         rec = self._dl2_rec
-        buffer = [t.detach().clone(memory_format=torch.contiguous_format) for t in args[0]]
+        buffer = args[0]
         try:
-            work = fn(buffer, *args[1:])
+            work = fn(*args)
         except BaseException as err:
             rec.ret(oid, err)
             raise
@@ -678,6 +673,16 @@ def _eager_fits(args: tuple[Any, ...], kwargs: dict[str, Any], limit: int) -> bo
             return False
         total += int(t.numel()) * int(t.element_size())
     return total <= limit
+
+
+def _eager_copy(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The send's arguments with its tensors copied (the eager buffer: the receiver gets
+    the values of the moment of the call); None if they cannot be copied."""
+    try:
+        buffer = [t.detach().clone(memory_format=torch.contiguous_format) for t in args[0]]
+    except Exception:
+        return None
+    return (buffer, *args[1:])
 
 
 class EagerWork(dist.Work):  # type: ignore[misc]

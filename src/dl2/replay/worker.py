@@ -14,6 +14,11 @@ call itself), so the recorder sees and writes the recorded stack: reports on a r
 name the user's ``file:line``, not this module (whose frames the recorder skips, as it
 skips all of dl2).
 
+Ops are issued through the torch.distributed API named by the recorded op: the
+``*_coalesced`` forms that ``_coalescing_manager`` and the functional collectives issue
+are replayed as their single-tensor op with the recorded total count, and an
+``all_reduce_coalesced`` with its recorded per-tensor sizes.
+
 The final barrier keeps a rank that has finished its program reachable while others
 still run theirs: without it, gloo turns a rank waiting on a finished one into a
 connection error rather than the hang the original backend would show.  It is issued

@@ -1,0 +1,111 @@
+"""Fusion that depends on each rank's ready order, over traces built in code."""
+
+from __future__ import annotations
+
+from dl2.analysis import analyze
+from dl2.analysis.fusion import FusionWindow
+from dl2.analysis.fusion import alternative_fusion
+from dl2.analysis.fusion import fuse
+from dl2.analysis.fusion import fusion_findings
+from dl2.analysis.fusion import fusion_windows
+from dl2.analysis.fusion import fusion_witnesses
+from dl2.analysis.fusion import split_passes
+from dl2.analysis.report import FindingKind
+from dl2.analysis.report import Verdict
+from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.execution_graph import build_execution_graph
+from trace_builders import RankBuilder
+from trace_builders import ranks
+from trace_builders import session
+
+SIZES = (64, 256, 1024, 4096)  # float32 elements
+
+
+def fused_run(
+    *passes: list[list[int]], per_rank: list[list[list[int]]] | None = None
+) -> list[RankBuilder]:
+    """Two ranks issuing one all_reduce_coalesced per bucket (line 50), ``passes`` in turn,
+    with a barrier after each pass when ``per_rank`` is None."""
+    builders = ranks(2)
+    for r in builders:
+        plan = per_rank[r.rank] if per_rank is not None else [b for p in passes for b in p]
+        for bucket in plan:
+            r.call(
+                "all_reduce_coalesced",
+                50,
+                redop="sum",
+                count=sum(bucket),
+                splits=[list(bucket)],
+            )
+        r.end()
+    return builders
+
+
+def graph_of(builders: list[RankBuilder]) -> ExecutionGraph:
+    return build_execution_graph(session(builders))
+
+
+def test_greedy_fusion_by_count_and_bytes() -> None:
+    assert fuse([64, 256, 1024, 4096], 4, 2, 1 << 30) == ((64, 256), (1024, 4096))
+    # a tensor larger than the byte limit goes alone
+    assert fuse([64, 4096, 256], 4, 8, 2048) == ((64,), (4096,), (256,))
+    assert fuse([64, 256], 4, 8, 0) == ((64,), (256,))
+
+
+def test_loops_are_cut_into_passes() -> None:
+    step = [(64, 256), (1024, 4096)]
+    assert split_passes(step * 3) == [2, 2, 2]
+    # a step fused differently still covers the same tensors
+    assert split_passes([*step, (64, 1024), (256, 4096)]) == [2, 2]
+    assert split_passes([(1,), (2,), (3,)]) == [3]
+
+
+def test_one_bucket_has_no_other_fusion() -> None:
+    builders = fused_run([list(SIZES)], [list(SIZES)])
+    (window, _) = fusion_windows(graph_of(builders))[:2]
+    assert alternative_fusion(window) is None
+    assert fusion_witnesses(graph_of(builders), assume=True) == []
+
+
+def test_the_limits_ignore_a_tensor_alone() -> None:
+    # buckets of at most 64 KiB: the 1 MiB tensor went alone
+    window = FusionWindow(0, "0", (), ((64, 256), (262144,), (1024,)), 4)
+    assert window.limits == (2, 1280)
+
+
+def test_ready_order_fusion_is_flagged_under_the_model_only() -> None:
+    # GIVEN both ranks fused pairs identically at both steps
+    passes = [[64, 256], [1024, 4096]]
+    graph = graph_of(fused_run(passes, passes))
+    # THEN nothing in the run proves order dependence ...
+    assert fusion_witnesses(graph) == []
+    assert analyze(session(fused_run(passes, passes))).verdict is Verdict.OK
+    # ... but under the model another order fuses other tensors together
+    (witness,) = fusion_witnesses(graph, assume=True)
+    assert witness.ranks == (0, 1)
+    assert witness.consequence == "size-mismatch"
+    assert {tuple(sorted(b)) for b in witness.alternative} != {(64, 256), (1024, 4096)}
+    (finding,) = fusion_findings(graph, assume=True)
+    assert finding.kind is FindingKind.POTENTIAL_DEADLOCK
+    assert "train.py:50" in finding.message
+
+
+def test_a_run_that_fused_differently_at_two_steps_proves_it() -> None:
+    # GIVEN each rank fused the same tensors two ways at two steps (identically across ranks)
+    builders = fused_run([[64, 256], [1024, 4096]], [[64, 1024], [256, 4096]])
+    report = analyze(session(builders))
+    # THEN the default analysis reports it without any assumption
+    kinds = [f.kind for f in report.findings]
+    assert FindingKind.POTENTIAL_DEADLOCK in kinds
+    assert report.verdict is Verdict.DEFECT
+    (witness,) = fusion_witnesses(graph_of(builders))
+    assert witness.observed
+
+
+def test_ranks_that_fused_other_tensors_of_the_same_total_mismatch() -> None:
+    # GIVEN rank 0 fused [64+1024] while rank 1 fused [256+832]: same total, other tensors
+    builders = fused_run(per_rank=[[[64, 1024]], [[256, 832]]])
+    report = analyze(session(builders))
+    (finding,) = [f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISMATCH]
+    assert "splits" in finding.message
+    assert report.verdict is Verdict.DEFECT

@@ -21,8 +21,9 @@ from dl2.analysis.prediction import recorded_semantics
 from dl2.analysis.prediction import witness_from_json
 from dl2.analysis.report import Verdict
 from dl2.analysis.semantics import format_size
-from dl2.analysis.semantics import parse_size
 from dl2.cli.output import emit
+from dl2.cli.run import _byte_size
+from dl2.cli.run import _positive
 from dl2.errors import ConfigError
 from dl2.errors import Dl2Error
 from dl2.live.monitor import MonitorOptions
@@ -37,23 +38,6 @@ from dl2.replay.runner import new_run_dir
 from dl2.replay.runner import run_plan
 from dl2.trace.session import Session
 from dl2.trace.session import load_session
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
-def _byte_size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ConfigError as err:
-        raise argparse.ArgumentTypeError(str(err).removeprefix("not a byte size: ")) from None
 
 
 class ReplayCommand:

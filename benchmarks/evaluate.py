@@ -66,6 +66,7 @@ import pickle
 import platform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -173,6 +174,22 @@ def _last_progress_ns(run_dir: Path) -> int | None:
     return last
 
 
+def _kill_leftover_ranks(run_dir: Path, script: Path) -> None:
+    """SIGKILL rank processes of this run still alive (trace files name their pids)."""
+    for trace in run_dir.glob("rank*.dl2.jsonl"):
+        parts = trace.name.split(".")
+        if len(parts) < 3 or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(script).encode() in cmdline:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def _finding_ops(report: dict[str, Any]) -> Iterable[dict[str, Any]]:
     for finding in report.get("findings", []):
         yield from finding.get("ops", [])
@@ -216,16 +233,24 @@ def run_dl2(case: Case, workdir: Path, log_dir: Path | None = None, steps: int =
             code: int | None = proc.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             code = None
-            note = f"no verdict: dl2 run killed after {RUN_TIMEOUT_S} s"
+            note = f"no verdict: dl2 run stopped after {RUN_TIMEOUT_S} s"
+            lines = [ln for ln in out_path.read_text(errors="replace").splitlines() if ln.strip()]
+            if lines:
+                note += f" (dl2's last output: {lines[-1].strip()[:160]})"
+            # SIGTERM first: dl2 then stops the ranks it started (each in a session of
+            # its own, out of reach of the group kill below).
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=20)
         finally:
             kill_group(proc.pid)
             proc.wait()
+            _kill_leftover_ranks(run_dir, case.path)
     end_ns = time.monotonic_ns()
     wall = time.monotonic() - start
     if code is None:
-        lines = [ln for ln in out_path.read_text(errors="replace").splitlines() if ln.strip()]
-        if lines:
-            note += f" (dl2's last output: {lines[-1].strip()[:160]})"
+        report_path.unlink(missing_ok=True)  # what dl2 said once interrupted is not scored
     report: dict[str, Any] = {}
     if report_path.exists():
         try:
@@ -318,12 +343,13 @@ def measure_overhead(
             run_dl2(case, sub, dl2_log, steps)
             dl2_logs.append(dl2_log)
         plain_log = workdir / f"ovh-{case.name}-plain{i}"
-        launch(
+        run = launch(
             case.path,
             case.world,
             RUN_TIMEOUT_S,
             {"DL2_BENCH_LOG": str(plain_log), "DL2_BENCH_STEPS": str(steps)},
         )
+        shutil.rmtree(run.outdir, ignore_errors=True)
         plain_logs.append(plain_log)
     ratios = []
     dl2_medians, plain_medians = [], []
@@ -412,6 +438,7 @@ def anchor_cap(case: Case) -> float:
 
 def anchor_plain(case: Case) -> AnchorResult:
     run = launch(case.path, case.world, anchor_cap(case))
+    shutil.rmtree(run.outdir, ignore_errors=True)
     first_error = run.first_signal_at()
     detected = first_error is not None
     return AnchorResult(
@@ -435,6 +462,7 @@ def _first_error_line(run: PlainRun) -> str:
 
 def anchor_detail(case: Case) -> AnchorResult:
     run = launch(case.path, case.world, anchor_cap(case), {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    shutil.rmtree(run.outdir, ignore_errors=True)
     hits = [
         line
         for rank in sorted(run.logs)
@@ -903,7 +931,8 @@ def docs_section(
             "Flight Recorder dump (taken by a hook at the cap, at an exception or at "
             "`destroy_process_group`: torch never dumps gloo by itself) analysed by "
             "`torchfrtrace` after repairing the gloo dump's empty `pg_config` (unrepaired, "
-            "the analyser fails on every gloo dump), counted when it reports `has errors` "
+            "the analyser fails on every gloo dump that holds a collective), counted when it "
+            "reports `has errors` "
             "or `Not all ranks joining`, culprit when its `Culprit rank`/`missing ranks` "
             "⊇ the expected ranks. (FA) = false alarms on the ok cases.",
         ]
@@ -957,11 +986,10 @@ def anchor_notes(anchors: list[AnchorResult]) -> str:
     fr = [a for a in anchors if a.anchor == "fr" and a.evidence.startswith("dumps {")]
     raw_failed = [a for a in fr if "raw: ok" not in a.evidence]
     kinds = sorted({m.group(1) for a in raw_failed if (m := re.search(r"raw: (\w+)", a.evidence))})
-    signalled = [
-        a.case
-        for a in anchors
-        if a.anchor == "detail" and re.search(r"r\d+:SIG", a.evidence) is not None
-    ]
+    segv = sorted(
+        {a.case for a in anchors if a.anchor == "detail" and "SIGSEGV" in a.evidence}
+        - {a.case for a in anchors if a.anchor == "plain" and "SIGSEGV" in a.evidence}
+    )
     lines = [
         "Anchor notes (torch 2.13.0, gloo): the Flight Recorder records gloo collectives "
         "but no send/recv, so P2P bugs are invisible to it; torch writes no FR dump for "
@@ -971,11 +999,10 @@ def anchor_notes(anchors: list[AnchorResult]) -> str:
         f"({', '.join(kinds) or '–'}: gloo's empty `pg_config`); the FR column is the "
         "analysis of the repaired dumps."
     ]
-    if signalled:
+    if segv:
         lines.append(
-            f"With `TORCH_DISTRIBUTED_DEBUG=DETAIL`, {len(signalled)} run(s) died by a signal: "
-            + ", ".join(f"`{c}`" for c in sorted(set(signalled)))
-            + "."
+            f"With `TORCH_DISTRIBUTED_DEBUG=DETAIL`, {len(segv)} job(s) crashed with SIGSEGV "
+            "(not under plain gloo): " + ", ".join(f"`{c}`" for c in segv) + "."
         )
     return " ".join(lines)
 
@@ -1128,7 +1155,7 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - t0
     command = "python -m benchmarks eval" + "".join(
         [" --quick" if args.quick else "", " --anchors" if args.anchors else ""]
-        + [f" --filter {f}" for f in args.filter]
+        + [f" --filter={f}" for f in args.filter]
     )
     stamp = time.strftime("%Y-%m-%d %H:%M")
     print()

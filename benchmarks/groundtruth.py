@@ -16,6 +16,7 @@ nondeterministic case at least one; ``defect``: no run hangs; ``ok``: every run 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -43,6 +44,7 @@ def _observe(case: Case, hang: float, repeat: int, verbose: bool) -> tuple[str, 
                 if "Error" in line or "error" in line or "Warning" in line
             ]
             details.extend(errors[-4:])
+        shutil.rmtree(run.outdir, ignore_errors=True)
     label = case.label
     if label == "deadlock":
         agrees = outcomes["hang"] == repeat or (case.nondeterministic and outcomes["hang"] > 0)

@@ -3,6 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.dl2-installed
+BENCH_STAMP := $(VENV)/.dl2-bench-installed
 
 .PHONY: install demo test lint bench clean
 
@@ -30,7 +31,11 @@ lint: $(STAMP)
 test: $(STAMP) lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
 
-bench: $(STAMP)
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks
 
 clean:

@@ -1,13 +1,19 @@
-"""Run benchmark suites: ``python -m benchmarks [SUITE ...] [--quick]`` (``make bench``).
+"""Run benchmark suites: ``python -m benchmarks [SUITE ...] [OPTIONS]`` (``make bench``).
 
-Each suite is a module of this package with ``main(argv) -> int``; with no SUITE named,
-every suite runs in turn.  Results go to stdout; docs/benchmarks.md records them.
+Each suite is a module of this package with ``main(argv) -> int``.  The leading
+arguments name suites; everything from the first option on goes to each of them as is
+(``python -m benchmarks eval --filter send_send --anchors``).  With no suite named, every
+suite runs in turn with the options of a full benchmark (the evaluation with its
+anchors); ``--quick`` alone runs each one's quick subset.  Results go to stdout; the
+evaluation also appends to ``benchmarks/results/results.jsonl`` and, for a full run,
+rewrites its table in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+import time
 
 #: suite name -> module under benchmarks/
 SUITES = {
@@ -16,20 +22,45 @@ SUITES = {
     "online": "benchmarks.online",
     "nondet": "benchmarks.nondeterminism",
 }
+#: options a suite gets when it runs as part of the whole benchmark (no suite named)
+FULL_RUN_OPTIONS = {"eval": ["--anchors"]}
+
+
+def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(suite names, options): the names are the arguments before the first option."""
+    names: list[str] = []
+    for i, arg in enumerate(argv):
+        if arg.startswith("-"):
+            return names, argv[i:]
+        names.append(arg)
+    return names, []
 
 
 def main(argv: list[str]) -> int:
-    names = [a for a in argv if not a.startswith("-")] or list(SUITES)
-    flags = [a for a in argv if a.startswith("-")]
+    names, options = split_args(argv)
     unknown = [n for n in names if n not in SUITES]
     if unknown:
         print(f"benchmarks: unknown suite {unknown[0]!r}; choose from {', '.join(SUITES)}")
         return 2
+    plan = (
+        [(n, options) for n in names]
+        if names
+        else [(n, FULL_RUN_OPTIONS.get(n, []) + options) for n in SUITES]
+    )
     status = 0
-    for name in names:
-        print(f"== benchmark suite: {name}", flush=True)
+    started = time.monotonic()
+    times = []
+    for name, suite_options in plan:
+        print(f"== benchmark suite: {name} {' '.join(suite_options)}".rstrip(), flush=True)
+        t0 = time.monotonic()
         module = importlib.import_module(SUITES[name])
-        status = max(status, int(module.main(flags) or 0))
+        status = max(status, int(module.main(list(suite_options)) or 0))
+        times.append(f"{name} {(time.monotonic() - t0) / 60:.1f} min")
+    print(
+        f"== benchmarks done in {(time.monotonic() - started) / 60:.1f} min "
+        f"({', '.join(times)}), exit status {status}",
+        flush=True,
+    )
     return status
 
 

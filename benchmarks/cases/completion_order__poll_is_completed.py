@@ -18,8 +18,8 @@ def main():
         bufs = {src: torch.empty(4) for src in (1, 2)}
         works = {src: dist.irecv(bufs[src], src=src) for src in (1, 2)}
         first = None
-        while first is None:  # dl2: culprit
-            first = next((s for s, w in works.items() if w.is_completed()), None)
+        while first is None:
+            first = next((s for s, w in works.items() if w.is_completed()), None)  # dl2: culprit
             time.sleep(0.01)
         for work in works.values():
             work.wait()

@@ -1,7 +1,8 @@
-"""End-to-end tests: ``dl2 run`` on every script of ``tests/integration/cases``.
+"""End-to-end tests: ``dl2 run`` on each core case (``core_cases.txt``, scripts in
+``benchmarks/cases``).
 
 Each case is a plain torch.distributed (gloo) script whose header states the ground
-truth established without dl2 (see ``cases/README.md`` and ``groundtruth.py``)::
+truth established without dl2 (see ``core_cases.md`` and ``benchmarks/groundtruth.py``)::
 
     # dl2-case: label=deadlock world=2 category=send-send-cycle
     # dl2-expect: ranks=0,1
@@ -26,7 +27,10 @@ from typing import Any
 
 import pytest
 
-CASES_DIR = Path(__file__).resolve().parent / "cases"
+#: the core cases: one per deadlock/defect category of the core issue and a correct twin
+#: each; the scripts live with the rest of the evaluation suite in benchmarks/cases
+CASES_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "cases"
+CORE_CASES = Path(__file__).resolve().parent / "core_cases.txt"
 
 #: exit status of ``dl2 run`` and report verdict for each case label
 EXIT_CODES = {"ok": 0, "deadlock": 3, "defect": 4}
@@ -94,7 +98,8 @@ def parse_case(path: Path) -> Case:
 
 
 def case_files() -> list[Path]:
-    return sorted(p for p in CASES_DIR.glob("*.py") if not p.name.startswith("_"))
+    names = CORE_CASES.read_text().split()
+    return sorted(CASES_DIR / f"{name}.py" for name in names)
 
 
 CASES = [parse_case(path) for path in case_files()]

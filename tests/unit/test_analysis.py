@@ -122,6 +122,27 @@ def test_completed_signature_mismatch_is_a_defect(field, a, b):
     assert field in report.findings[0].message
 
 
+@pytest.mark.parametrize(
+    ("splits0", "splits1", "verdict"),
+    [
+        ([[1, 3], [1, 3]], [[2, 2], [2, 2]], Verdict.DEFECT),  # equal totals, no pairing
+        ([[1, 3], [1, 2]], [[2, 2], [3, 2]], Verdict.OK),  # uneven but consistent
+    ],
+)
+def test_all_to_all_split_sizes_must_pair_up(splits0, splits1, verdict):
+    # GIVEN an all_to_all_single whose counts agree but whose split sizes may not pair up
+    r0, r1 = ranks(2)
+    r0.call("all_to_all_single", 10, count=4, splits=splits0)
+    r1.call("all_to_all_single", 20, count=4, splits=splits1)
+    report = analyze(session([r0.end(), r1.end()]))
+    # THEN only a pairing that breaks (rank 0 sends 3 to rank 1, which expects 2) is a defect
+    assert report.verdict is verdict
+    if verdict is Verdict.DEFECT:
+        assert kinds(report) == [FindingKind.COLLECTIVE_MISMATCH]
+        assert "split_sizes" in report.findings[0].message
+        assert "sending [1, 3]" in report.findings[0].message
+
+
 def test_identical_collectives_from_different_call_sites_are_clean():
     r0, r1 = ranks(2)
     r0.call("all_reduce", 10, redop="sum", function="a")
@@ -260,3 +281,63 @@ def test_p2p_dtype_mismatch_is_a_defect():
     assert report.verdict is Verdict.DEFECT
     assert kinds(report) == [FindingKind.P2P_MISMATCH]
     assert {(o.rank, o.line) for o in report.findings[0].ops} == {(0, 10), (1, 20)}
+
+
+def test_op_inside_an_installed_library_names_the_scripts_line():
+    # GIVEN a collective issued inside transformers (stack: library frame, then script)
+    lib = "/venv/lib/python3.11/site-packages/transformers/models/swin/modeling_swin.py"
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 10, redop="sum")
+    r1.call("all_gather", 99, stack=[[lib, 481, "forward"], ["train.py", 42, "main"]])
+    report = analyze(session([r0.end(), r1.end()]))
+    # THEN the finding names the script's line, not the library's
+    mismatch = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISMATCH)
+    assert {(o.rank, o.file, o.line) for o in mismatch.ops} == {
+        (0, "train.py", 10),
+        (1, "train.py", 42),
+    }
+
+
+def _poll_job(where: str):
+    """Rank 0 irecvs from rank 1 (which sent) and the watchdog then sees it ``where``;
+    rank 1 went on to a barrier."""
+    r0, r1 = ranks(2)
+    recv = r0.irecv(10, peer=1)
+    r0.add(
+        {
+            "k": "state",
+            "t": 10**9,
+            "pending": [recv],
+            "where": where,
+            "stack": [["train.py", 12, "main"]],
+        }
+    )
+    r1.call("send", 20, peer=0)
+    r1.call("barrier", 21, complete=False)
+    return r0, r1
+
+
+def test_rank_spinning_on_is_completed_is_a_hang_naming_the_poll_line():
+    # GIVEN rank 0 polling is_completed() on an irecv whose send completed, rank 1 in a
+    # barrier waiting for it
+    r0, r1 = _poll_job("poll")
+    report = analyze(session([r0, r1]))
+    # THEN it hangs: rank 0 spins (never in a deadlock set) and the finding names the
+    # poll line, the matching send and the barrier waiting on rank 0
+    assert report.verdict is Verdict.DEADLOCK
+    assert kinds(report) == [FindingKind.BUSY_POLL]
+    states = {s.rank: s.status for s in report.ranks}
+    assert states == {0: "spinning", 1: "blocked"}
+    (finding,) = report.findings
+    assert finding.ranks == (0, 1)
+    assert {(o.rank, o.line) for o in finding.ops} == {(0, 12), (1, 20), (1, 21)}
+    assert "only once wait() is called" in finding.message
+
+
+def test_rank_computing_with_a_pending_irecv_is_not_spinning():
+    # GIVEN the same job, but the watchdog sees rank 0 running Python (no polls)
+    r0, r1 = _poll_job("python")
+    report = analyze(session([r0, r1]))
+    # THEN nothing is claimed about rank 0: it may come back and wait
+    assert FindingKind.BUSY_POLL not in kinds(report)
+    assert report.verdict is Verdict.OK

@@ -104,6 +104,30 @@ def test_classify_file() -> None:
     assert stack.classify_file("<frozen importlib._bootstrap>") == stack.LIB
     assert stack.classify_file(__file__) == stack.USER
     assert stack.classify_file("/home/me/train.py") == stack.USER
+    assert stack.classify_file("/venv/lib/python3.11/site-packages/transformers/x.py") == (
+        stack.THIRD
+    )
+
+
+def test_deep_library_stack_still_keeps_the_users_own_frame() -> None:
+    # GIVEN a call made 12 frames deep inside an installed package (a chain of functions
+    # compiled under a site-packages file name), called from this test
+    chain = (
+        "\n".join(f"def f{i}(capture):\n    return f{i + 1}(capture)\n" for i in range(12))
+        + "def f12(capture):\n    return capture()\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(chain, "/venv/lib/python3.11/site-packages/lib/deep.py", "exec"), namespace)
+    import json
+
+    # WHEN the stack is captured at the innermost function
+    frames = json.loads(namespace["f0"](lambda: stack.user_stack(sys._getframe(1))))
+    # THEN it keeps MAX_FRAMES frames, the innermost of the package first, and the last
+    # one is this test's own line
+    assert len(frames) == stack.MAX_FRAMES
+    assert frames[0][0].endswith("site-packages/lib/deep.py") and frames[0][2] == "f12"
+    assert frames[-1][0] == __file__
+    assert frames[-1][2].endswith("test_deep_library_stack_still_keeps_the_users_own_frame")
 
 
 def test_user_stack_is_innermost_first_with_lines() -> None:
@@ -329,3 +353,83 @@ def test_install_records_a_one_rank_group_and_uninstall_restores(tmp_path: Path)
     assert state["pending"] == [] and state["where"] == "python"
     assert records[-1]["k"] == "end" and records[-1]["how"] == "destroy"
     assert [r["id"] for r in records if r["k"] == "ret"].count(999_999) == 1
+
+
+def test_frame_without_a_current_line_still_encodes_valid_json():
+    # GIVEN a frame whose f_lineno is None (CPython reports that for some instructions
+    # when another thread's frame is sampled): a stand-in with the real code object
+    import json
+    import types
+
+    def user_function() -> int:
+        return 1
+
+    code = user_function.__code__
+    frame = types.SimpleNamespace(f_lineno=None, f_lasti=0)
+    # WHEN encoded
+    text = stack._frame_json(code, frame, {})  # type: ignore[arg-type]
+    # THEN it is valid JSON with a line of the function
+    file, line, name = json.loads(text)
+    assert file == code.co_filename
+    assert code.co_firstlineno <= line <= code.co_firstlineno + 2
+    assert name.endswith("user_function")
+
+
+class _FakeRecorder:
+    """What the watchdog reads of a recorder: a quiet trace with pending work 7."""
+
+    def __init__(self) -> None:
+        self.active = True
+        self.writer = self
+        self.polled: dict[int, str] = {}
+        self.blocking: dict[int, int] = {}
+        self.last_tid = 0
+        self.lines: list[str] = []
+
+    def size(self) -> int:
+        return 100
+
+    def flush(self) -> None:
+        pass
+
+    def poll_pending(self) -> list[int]:
+        return [7]
+
+    def emit(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_watchdog_reports_a_rank_spinning_on_polls_only_after_ticks_in_a_row() -> None:
+    import json
+
+    from dl2.record.watchdog import POLL_TICKS
+    from dl2.record.watchdog import Watchdog
+
+    rec = _FakeRecorder()
+    # the watched thread: a user thread waiting in Python (not in communication)
+    release = threading.Event()
+    user = threading.Thread(target=release.wait, daemon=True)
+    user.start()
+    rec.last_tid = user.ident or 0
+    dog = Watchdog(rec, quiet_ns=0)
+    poll_stack = '[["train.py",22,"main"]]'
+    # WHEN the user polls work 7 before every tick but the last of POLL_TICKS
+    for _ in range(POLL_TICKS - 1):
+        rec.polled = {7: poll_stack}
+        dog.tick()
+    states = [json.loads(line) for line in rec.lines]
+    # THEN the rank is not yet spinning; once POLL_TICKS ticks in a row saw polls, it is
+    assert states and all(s["where"] != "poll" for s in states)
+    rec.polled = {7: poll_stack}
+    dog.tick()
+    last = json.loads(rec.lines[-1])
+    assert (last["where"], last["pending"], last["stack"]) == (
+        "poll",
+        [7],
+        [["train.py", 22, "main"]],
+    )
+    # AND a tick without polls ends it
+    dog.tick()
+    assert json.loads(rec.lines[-1])["where"] == "python"
+    release.set()
+    user.join()

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 
+from dl2.analysis.deadlock import busy_poll_findings
 from dl2.analysis.deadlock import deadlock_findings
 from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
@@ -32,6 +33,7 @@ from dl2.model.execution_graph import build_execution_graph
 from dl2.model.wait_for import BLOCKED
 from dl2.model.wait_for import EXITED_STATUS
 from dl2.model.wait_for import FAILED_STATUS
+from dl2.model.wait_for import SPINNING
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.trace.session import Session
@@ -69,6 +71,7 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "nonmember": lambda c: nonmember_findings(c.graph),
     "p2p": lambda c: p2p_findings(c.graph, c.job_ended),
     "p2p-mismatch": lambda c: p2p_mismatch_findings(c.graph),
+    "busy-poll": lambda c: busy_poll_findings(c.graph, c.wait_for),
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
     "prediction": _prediction,
     # fusion passes the run itself shows to depend on each rank's ready order
@@ -89,6 +92,8 @@ def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Ve
     kinds = {f.kind for f in findings}
     if FindingKind.DEADLOCK in kinds:
         return Verdict.DEADLOCK
+    if FindingKind.BUSY_POLL in kinds and not any_failed:
+        return Verdict.DEADLOCK  # a hang: the spinning rank and those waiting on it
     if kinds & {
         FindingKind.COLLECTIVE_MISMATCH,
         FindingKind.P2P_MISMATCH,
@@ -117,8 +122,8 @@ def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Ve
 def _rank_states(wfg: WaitForGraph) -> tuple[RankState, ...]:
     states = []
     for rank, node in sorted(wfg.nodes.items()):
-        if node.status == BLOCKED and node.clauses:
-            op = node.clauses[0].op
+        if node.status in (BLOCKED, SPINNING) and node.blocked is not None and node.blocked.ops:
+            op = node.clauses[0].op if node.clauses else node.blocked.ops[0]
             states.append(
                 RankState(
                     rank=rank,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
@@ -11,10 +12,12 @@ from dl2.analysis.describe import where
 from dl2.analysis.report import Finding
 from dl2.analysis.report import FindingKind
 from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.execution_graph import op_key
 from dl2.model.ops import Frame
 from dl2.model.ops import Op
 from dl2.model.wait_for import EXITED_STATUS
 from dl2.model.wait_for import FAILED_STATUS
+from dl2.model.wait_for import SPINNING
 from dl2.model.wait_for import Clause
 from dl2.model.wait_for import RankNode
 from dl2.model.wait_for import WaitForGraph
@@ -298,6 +301,91 @@ def hang_suspect_findings(
                 hint=(
                     f"Look at what rank {rank} is doing at that line; it may be slow (long "
                     "compute, I/O) or stuck outside communication (a lock, an input queue)."
+                ),
+            )
+        )
+    return findings
+
+
+def busy_poll_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
+    """Ranks spinning in a loop on ``is_completed()`` of works that stay pending.
+
+    The watchdog saw the rank poll the same pending works for a while with nothing
+    else recorded.  A polled send or receive whose partner is there will still never
+    report completion: gloo completes point-to-point works only inside ``wait()``.  A
+    polled op still missing its partner waits on that peer.  The ranks blocked on the
+    spinning rank are named with it.
+    """
+    findings: list[Finding] = []
+    for rank, node in sorted(wfg.nodes.items()):
+        if node.status != SPINNING or node.blocked is None:
+            continue
+        polled = list(node.blocked.ops)
+        stack = suspect_stack(graph, rank)
+        own = [f for f in stack if "site-packages" not in f.file and "dist-packages" not in f.file]
+        poll_frame = own[0] if own else (stack[0] if stack else None)
+        unmet = {c.op.id: c for c in node.clauses}
+        reasons = []
+        matched: list[Op] = []
+        partners: list[Op] = []
+        for op in polled:
+            clause = unmet.get(op.id)
+            partner = graph.p2p_partner.get(op_key(op))
+            if clause is not None:
+                reasons.append(
+                    f"{phrase(op)} ({where(op)}) still waits on {rank_list(list(clause.targets))}"
+                )
+            elif op.kind == "p2p" and partner is not None:
+                matched.append(op)
+                partners.append(partner)
+            else:
+                reasons.append(f"{phrase(op)} ({where(op)}) has not completed")
+        if matched:
+            reasons.insert(
+                0,
+                f"{' and '.join(phrase(o) for o in matched)} ({where(matched[0])}) "
+                f"{'are' if len(matched) > 1 else 'is'} matched by "
+                + " and ".join(f"rank {p.rank}'s {p.op} ({where(p)})" for p in partners)
+                + ", yet gloo reports a send/recv work complete only once wait() is called "
+                "on it, so is_completed() stays False",
+            )
+        waiters = sorted(r for r, n in wfg.nodes.items() if r != rank and rank in n.targets)
+        waits = "; ".join(
+            f"rank {w} in {phrase(_stuck_op(wfg.nodes[w]))} ({where(_stuck_op(wfg.nodes[w]))})"
+            for w in waiters[:3]
+        )
+        poll_ref = replace(
+            op_ref(polled[0]),
+            api="is_completed",
+            file=poll_frame.file if poll_frame else None,
+            line=poll_frame.line if poll_frame else None,
+            function=poll_frame.function if poll_frame else None,
+        )
+        at = f" at {poll_frame.file.rsplit('/', 1)[-1]}:{poll_frame.line}" if poll_frame else ""
+        findings.append(
+            Finding(
+                kind=FindingKind.BUSY_POLL,
+                ranks=tuple(sorted({rank, *waiters})),
+                ops=(
+                    poll_ref,
+                    *(op_ref(p) for p in partners),
+                    *(op_ref(_stuck_op(wfg.nodes[w])) for w in waiters),
+                ),
+                message=(
+                    f"Rank {rank} spins polling is_completed(){at} on "
+                    f"{len(polled)} pending work{'s' if len(polled) != 1 else ''}: "
+                    + "; ".join(reasons)
+                    + "."
+                    + (
+                        f" Meanwhile {waits} wait{'s' if len(waiters) == 1 else ''} on rank {rank}."
+                        if waiters
+                        else ""
+                    )
+                ),
+                hint=(
+                    "Do not busy-wait on is_completed() for send/recv works: call wait() on "
+                    "them (in the order you need, or on all of them), or exchange a flag with "
+                    "a collective first if the order must depend on arrival."
                 ),
             )
         )

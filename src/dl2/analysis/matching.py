@@ -14,6 +14,7 @@ from dl2.analysis.report import FindingKind
 from dl2.analysis.report import OpRef
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
+from dl2.model.ops import Op
 from dl2.model.wait_for import EXITED_STATUS
 from dl2.model.wait_for import FAILED_STATUS
 from dl2.model.wait_for import WaitForGraph
@@ -36,12 +37,24 @@ _FIELD_HINTS = {
         "The element counts differ between ranks (gloo aborts or hangs): use tensors of the "
         "same size on every rank, padding if needed."
     ),
+    "split_sizes": (
+        "The all_to_all split sizes do not pair up: what rank i sends to rank j (its "
+        "input_split_sizes[j]) must be what rank j expects from rank i (its "
+        "output_split_sizes[i]). Exchange the counts first (an all_to_all_single of the "
+        "sizes) and derive the output splits from them."
+    ),
     "splits": (
         "The ranks fused different tensors into this coalesced collective (the sums mix "
         "unrelated tensors): decide the fusion buckets once, identically on every rank, not "
         "from each rank's own ready order."
     ),
 }
+
+
+def _exchange_sizes(op: Op) -> str:
+    if not op.splits or len(op.splits) != 2:
+        return ""
+    return f" sending {list(op.splits[0])}, expecting {list(op.splits[1])}"
 
 
 def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: bool) -> list[Finding]:
@@ -55,6 +68,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
             sides = ", ".join(
                 f"rank {o.rank} calls {o.op}"
                 + (f" ({o.signature})" if o.signature else "")
+                + (_exchange_sizes(o) if "split_sizes" in slot.differing else "")
                 + f" at {where(o)}"
                 for o in ops
             )

@@ -42,6 +42,8 @@ class FindingKind(str, Enum):
     NONMEMBER_CALL = "nonmember-call"
     #: a rank others wait on is itself outside communication (compute, I/O, a lock)
     HANG_SUSPECT = "hang-suspect"
+    #: a rank spins polling is_completed() on works that will not complete that way
+    BUSY_POLL = "busy-poll"
     #: no deadlock in this run, but one under another backend configuration (eager
     #: buffer size, fusion grouping, wildcard match, completion order)
     POTENTIAL_DEADLOCK = "potential-deadlock"

@@ -48,6 +48,7 @@ from dl2.live.tailer import TraceTailer
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.wait_for import BLOCKED
+from dl2.model.wait_for import SPINNING
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.trace.session import ALIVE
@@ -469,7 +470,7 @@ class Monitor:
             self._next_check = now + 4 * (time.monotonic() - started)
         wfg = built.wfg
         self._all_blocked = all(
-            node.status == BLOCKED
+            node.status in (BLOCKED, SPINNING)
             for rank, node in wfg.nodes.items()
             if states.get(rank, ALIVE) == ALIVE and node.status != "no-trace"
         )

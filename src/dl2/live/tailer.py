@@ -24,7 +24,7 @@ from dl2.trace.format import parse_records
 # Watchdog reports are not progress: a rank that only writes them is quiet.
 _NOT_PROGRESS = frozenset({"state"})
 # Where a watchdog ``state`` says a rank with pending works is stuck in communication.
-_STALL_WHERE = frozenset({"backward", "comm"})
+_STALL_WHERE = frozenset({"backward", "comm", "poll"})
 
 
 @dataclass

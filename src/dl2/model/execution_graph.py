@@ -102,6 +102,26 @@ def _groups(timelines: Mapping[int, Timeline], world_size: int) -> dict[str, tup
     return groups
 
 
+_EXCHANGE_OPS = frozenset({"all_to_all", "all_to_all_single"})
+
+
+def _exchange_sizes_agree(ops: Mapping[int, Op], members: tuple[int, ...]) -> bool:
+    """Whether an all_to_all's split sizes pair up: what member i sends to member j
+    (its input split j) is what j expects from i (its output split i)."""
+    first = next(iter(ops.values()))
+    if first.op not in _EXCHANGE_OPS:
+        return True
+    splits = [ops[r].splits for r in members]
+    n = len(members)
+    if any(s is None or len(s) != 2 or len(s[0]) != n or len(s[1]) != n for s in splits):
+        return True  # not recorded (or not comparable): nothing to say
+    return all(
+        splits[i][0][j] == splits[j][1][i]  # type: ignore[index]
+        for i in range(n)
+        for j in range(n)
+    )
+
+
 def _match_collectives(
     timelines: Mapping[int, Timeline], groups: Mapping[str, tuple[int, ...]]
 ) -> tuple[dict[str, tuple[CollectiveSlot, ...]], dict[OpKey, tuple[str, int]]]:
@@ -133,6 +153,8 @@ def _match_collectives(
             )
             if "op" in differing:
                 differing = ("op",)  # other fields of different ops are not comparable
+            elif not differing and not missing and not _exchange_sizes_agree(ops, members):
+                differing = ("split_sizes",)
             group_slots.append(CollectiveSlot(gid, index, ops, missing, differing))
             for op in ops.values():
                 where[op_key(op)] = (gid, index)

@@ -27,6 +27,10 @@ GROUP_OPS = frozenset({"create_group"})
 NO_DATA_OPS = frozenset({"barrier", "monitored_barrier"})
 
 
+def _installed(file: str) -> bool:
+    return "site-packages" in file or "dist-packages" in file
+
+
 @dataclass(frozen=True)
 class Frame:
     """A user source location."""
@@ -87,6 +91,12 @@ class Op:
 
     @property
     def frame(self) -> Frame | None:
+        """The line to name: the innermost frame of the user's own code, skipping
+        installed packages (a collective issued inside transformers names the script
+        line that called the model); the innermost frame when all are packages'."""
+        for frame in self.stack:
+            if not _installed(frame.file):
+                return frame
         return self.stack[0] if self.stack else None
 
     @property
@@ -111,8 +121,9 @@ class Blocked:
     Attributes:
         ops: the ops it needs to complete (one for a wait or an open call; several
             for a watchdog-reported stall on pending async works).
-        how: "wait" (in Work.wait), "call" (inside the call itself) or "stall"
-            (the watchdog saw the main thread inside backward/communication).
+        how: "wait" (in Work.wait), "call" (inside the call itself), "stall"
+            (the watchdog saw the main thread inside backward/communication) or "poll"
+            (the watchdog saw it spin polling ``is_completed()`` on these works).
     """
 
     ops: tuple[Op, ...]
@@ -298,7 +309,7 @@ def _final_block(
     if (
         last_state is not None
         and last_state_pos > last_activity_pos
-        and last_state.get("where") in ("backward", "comm")
+        and last_state.get("where") in ("backward", "comm", "poll")
     ):
         pending = [
             by_id[i]
@@ -306,5 +317,5 @@ def _final_block(
             if isinstance(i, int) and i in by_id and not by_id[i].completed
         ]
         if pending:
-            return Blocked(tuple(pending), "stall")
+            return Blocked(tuple(pending), "poll" if last_state["where"] == "poll" else "stall")
     return None

@@ -25,6 +25,9 @@ from dl2.trace.session import FAILED
 from dl2.trace.session import Session
 
 BLOCKED = "blocked"
+#: polling is_completed() on pending works in a loop: waits like a blocked rank, but
+#: may leave its loop at any time, so it is never part of a deadlock set
+SPINNING = "spinning"
 RUNNING = "running"
 EXITED_STATUS = "exited"
 FAILED_STATUS = "failed"
@@ -162,13 +165,16 @@ def build_wait_for_graph(session: Session, graph: ExecutionGraph) -> WaitForGrap
             clauses = tuple(
                 c for c in (clause_for(graph, op) for op in timeline.blocked.ops) if c is not None
             )
+            if timeline.blocked.how == "poll":
+                nodes[rank] = RankNode(rank, SPINNING, timeline.blocked, clauses)
+                continue
             if clauses:
                 nodes[rank] = RankNode(rank, BLOCKED, timeline.blocked, clauses)
                 continue
             status = RUNNING  # its op is matched: it is about to complete
         nodes[rank] = RankNode(rank, status)
 
-    free = {r for r, n in nodes.items() if n.status in (RUNNING, NO_TRACE)}
+    free = {r for r, n in nodes.items() if n.status in (RUNNING, NO_TRACE, SPINNING)}
     changed = True
     while changed:
         changed = False

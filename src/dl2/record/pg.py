@@ -816,6 +816,7 @@ class RecordedWork(dist.Work):  # type: ignore[misc]
         self._dl2_rec = recorder
         self._dl2_anyranks = anyranks
         self._dl2_waited = waited
+        self._dl2_poll_stack: str | None = None
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Wait for the op, between a ``wait`` and a ``ret`` record; returns gloo's bool."""
@@ -848,13 +849,22 @@ class RecordedWork(dist.Work):  # type: ignore[misc]
 
     def is_completed(self) -> bool:
         completed = bool(self._dl2_inner.is_completed())
-        if completed and self._dl2_waited is None:
-            try:  # seen complete by its owner: record it now rather than at the next poll
-                rec = self._dl2_rec
+        if self._dl2_waited is not None:
+            return completed
+        try:
+            rec = self._dl2_rec
+            if completed:  # seen complete by its owner: record it now, not at the next poll
                 if rec.pending.pop(self._dl2_oid, None) is not None:
                     rec.done(self._dl2_oid, source_of(self._dl2_inner, self._dl2_anyranks))
-            except Exception:
-                pass
+            elif self._dl2_oid not in rec.polled:
+                # The user polls it: the watchdog tells a rank spinning on polls apart
+                # from one computing (see Watchdog.tick).
+                stack = self._dl2_poll_stack
+                if stack is None:
+                    stack = self._dl2_poll_stack = user_stack(_getframe(1))
+                rec.polled[self._dl2_oid] = stack
+        except Exception:
+            pass
         return completed
 
     def is_success(self) -> bool:

@@ -55,6 +55,9 @@ class Recorder:
         # of the batch's first op, 0 until it is issued).  Empty almost always.
         self.batches: dict[int, list[int]] = {}
         self.last_tid = 0  # the thread that issued the last op (the watchdog watches it)
+        # Works the user polled with is_completed() and found incomplete since the
+        # watchdog last looked: op id -> the user's stack at the first such poll.
+        self.polled: dict[int, str] = {}
         self.ended = False
         self.local = threading.local()
         self.watchdog: Any = None
@@ -230,6 +233,7 @@ class Recorder:
         self.blocking = {}
         self.batches = {}
         self.last_tid = 0
+        self.polled = {}
         self.watchdog = None
         self.ended = False
         if self.eager is not None:

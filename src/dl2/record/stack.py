@@ -24,8 +24,14 @@ from types import FrameType
 USER = 0  # the user's code (or any library that is not torch, dl2 or a wrapper)
 LIB = 1  # torch (outside its API modules), dl2, the standard library: skipped
 API = 2  # a function of torch.distributed.distributed_c10d: names the API called
+THIRD = 3  # another installed package (site-packages): kept, but not the user's own line
+_RECORDED = frozenset({USER, THIRD})
 
+#: user frames kept per stack; past it the walk goes on (up to MAX_WALK frames) only
+#: until it has kept one frame of the user's own code, so that a collective issued deep
+#: inside an installed library (transformers, accelerate) still names the script's line.
 MAX_FRAMES = 8
+MAX_WALK = 200
 
 
 def _package_dir(name: str) -> str | None:
@@ -91,9 +97,9 @@ def classify_file(filename: str) -> int:
         return LIB
     if filename.endswith("typing_extensions.py"):
         return LIB
-    if filename.startswith(_STDLIB_DIRS) and "-packages" not in filename:
-        return LIB
-    return USER
+    if "site-packages" in filename or "dist-packages" in filename:
+        return THIRD
+    return LIB if filename.startswith(_STDLIB_DIRS) else USER
 
 
 def _entry(code: CodeType) -> _Entry:
@@ -105,10 +111,24 @@ def _entry(code: CodeType) -> _Entry:
     return entry
 
 
+def _line_of(code: CodeType, frame: FrameType) -> int:
+    """The frame's current line; ``f_lineno`` is None while a frame runs an instruction
+    without a line (seen when the watchdog samples another thread), so fall back to the
+    line table, then to the function's first line."""
+    line = frame.f_lineno
+    if line is not None:
+        return line
+    offset = frame.f_lasti
+    for start, end, number in code.co_lines():
+        if start <= offset < end and number is not None:
+            return number
+    return code.co_firstlineno
+
+
 def _frame_json(code: CodeType, frame: FrameType, lines: dict[int, str]) -> str:
     """The encoded ``[file, line, function]`` of a user frame (cached per offset)."""
     name = getattr(code, "co_qualname", code.co_name)
-    text = f"[{json.dumps(code.co_filename)},{frame.f_lineno},{json.dumps(name)}]"
+    text = f"[{json.dumps(code.co_filename)},{_line_of(code, frame)},{json.dumps(name)}]"
     if len(lines) < 1000:
         lines[frame.f_lasti] = text
     return text
@@ -136,40 +156,43 @@ def capture(frame: FrameType | None) -> tuple[str | None, str]:
     while f is not None:
         code = f.f_code
         kind = (cache.get(id(code)) or _entry(code))[1]
-        if kind == USER:
+        if kind in _RECORDED:
             break
         if kind == API:
             api = code.co_name
         f = f.f_back
-    # user_stack(f), inlined: this runs once per recorded op.
-    parts: list[str] = []
-    while f is not None:
-        code = f.f_code
-        entry = cache.get(id(code)) or _entry(code)
-        if entry[1] == USER:
-            text = entry[2].get(f.f_lasti)
-            parts.append(text if text is not None else _frame_json(code, f, entry[2]))
-            if len(parts) == MAX_FRAMES:
-                break
-        f = f.f_back
-    return api, "[" + ",".join(parts) + "]"
+    return api, user_stack(f)
 
 
 def user_stack(frame: FrameType | None) -> str:
-    """The JSON array of up to MAX_FRAMES user frames from ``frame`` outwards."""
+    """The JSON array of up to MAX_FRAMES user frames from ``frame`` outwards, innermost
+    first; when all of them are installed packages' frames, the last is replaced by the
+    first frame of the user's own code further out (if within MAX_WALK frames)."""
     cache = _cache
     parts: list[str] = []
+    own = False  # a frame of the user's own code (not an installed package) is kept
+    walked = 0
     f = frame
-    while f is not None:
+    while f is not None and walked < MAX_WALK:
         code = f.f_code
         entry = cache.get(id(code)) or _entry(code)
-        if entry[1] == USER:
-            text = entry[2].get(f.f_lasti)
-            parts.append(text if text is not None else _frame_json(code, f, entry[2]))
-            if len(parts) == MAX_FRAMES:
+        kind = entry[1]
+        if kind == USER or (kind == THIRD and len(parts) < MAX_FRAMES):
+            if len(parts) >= MAX_FRAMES:
+                parts[-1] = _frame_text(code, f, entry[2])  # the outermost kept: the user's
+            else:
+                parts.append(_frame_text(code, f, entry[2]))
+            own = own or kind == USER
+            if len(parts) >= MAX_FRAMES and own:
                 break
+        walked += 1
         f = f.f_back
     return "[" + ",".join(parts) + "]"
+
+
+def _frame_text(code: CodeType, frame: FrameType, lines: dict[int, str]) -> str:
+    text = lines.get(frame.f_lasti)
+    return text if text is not None else _frame_json(code, frame, lines)
 
 
 _BACKWARD_NAMES = frozenset({"_engine_run_backward", "run_backward"})

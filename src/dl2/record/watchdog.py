@@ -5,9 +5,11 @@ reports complete: DDP consumes futures and never waits, so this is how its allre
 are seen to finish).  When the rank has written no record for ``QUIET_NS``, it writes a
 ``state`` record: the pending op ids (async ops not seen complete, and blocking ops
 being waited on), where the rank's thread is ("comm", "backward", "python") and its
-user frames.  The thread watched is the one that issued the last op (at first, the main
-thread).  A state identical to the last one, with
-no activity in between, is not written again.
+user frames; or, when the rank has polled ``is_completed()`` on pending works in each of
+the last ``POLL_TICKS`` ticks, those works with "where": "poll" and the stack of the
+first poll (a loop spinning on them).  The thread watched is the one that issued the
+last op (at first, the main thread).  A state identical to the last one, with no
+activity in between, is not written again.
 
 Activity is read from the trace file's size (one ``fstat`` per tick), so recording an
 op costs nothing extra for the watchdog's sake.
@@ -29,6 +31,9 @@ from dl2.record.stack import where
 
 PERIOD_S = 0.2
 QUIET_NS = 300_000_000
+#: ticks in a row with is_completed() polls (and nothing recorded) before a quiet rank
+#: is reported as spinning on its pending works ("where": "poll")
+POLL_TICKS = 5
 
 
 class Watchdog:
@@ -50,6 +55,7 @@ class Watchdog:
         self._last_activity = time.monotonic_ns()
         self._last_state: tuple[tuple[int, ...], str, str] | None = None
         self._last_state_activity = 0
+        self._poll_ticks = 0
         self._thread = threading.Thread(target=self._run, name="dl2-watchdog", daemon=True)
 
     def start(self) -> None:
@@ -81,6 +87,8 @@ class Watchdog:
             self._last_size = size
             self._last_activity = now
         still = rec.poll_pending()
+        polled, rec.polled = rec.polled, {}
+        self._poll_ticks = self._poll_ticks + 1 if polled else 0
         if now - self._last_activity < self._quiet_ns:
             self._last_size = writer.size()  # our own done records are not activity
             return
@@ -89,7 +97,14 @@ class Watchdog:
         frame = frames.get(rec.last_tid) or frames.get(self._main_ident or 0)
         del frames
         pending = still + list(rec.blocking.values())
-        state = (tuple(sorted(pending)), where(frame), user_stack(frame))
+        doing = where(frame)
+        spinning = sorted(oid for oid in polled if oid in still)
+        if doing != "comm" and spinning and self._poll_ticks >= POLL_TICKS:
+            # Quiet, yet polling is_completed() on pending works tick after tick: the
+            # rank spins on them (its stack is the one of its first poll).
+            state = (tuple(spinning), "poll", polled[spinning[0]])
+        else:
+            state = (tuple(sorted(pending)), doing, user_stack(frame))
         del frame
         if state != self._last_state or self._last_activity != self._last_state_activity:
             rec.emit(

@@ -73,6 +73,8 @@ Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
              issued ops not yet complete: async ops not seen done, and the blocking op a
              thread is waiting on), ``where`` ("backward", "comm", "python"), ``stack``
              (the thread that issued the last op, else the main thread; innermost first).
+             ``where`` "poll": the rank keeps polling ``is_completed()`` on the works
+             in ``pending`` (only those), ``stack`` is where it first polled them.
 ``end``      the rank is shutting down cleanly: ``t``, ``how`` ("exit" | "destroy").
 """
 

@@ -341,3 +341,20 @@ def test_rank_computing_with_a_pending_irecv_is_not_spinning():
     # THEN nothing is claimed about rank 0: it may come back and wait
     assert FindingKind.BUSY_POLL not in kinds(report)
     assert report.verdict is Verdict.OK
+
+
+@pytest.mark.parametrize(
+    ("timeout", "verdict"), [(5.0, Verdict.DEFECT), (1800.0, Verdict.DEADLOCK)]
+)
+def test_monitored_barrier_with_a_short_timeout_is_no_deadlock(timeout, verdict):
+    # GIVEN ranks 0, 1 in a monitored_barrier, rank 2 in a plain barrier (it skipped one)
+    r0, r1, r2 = ranks(3)
+    for rank in (r0, r1):  # synchronous, no work: the call itself never returns
+        rank.issue("monitored_barrier", 16, timeout=timeout, dtype=None, count=None)
+        rank.records.pop()  # its ret
+    r2.call("barrier", 17, complete=False)
+    report = analyze(session([r0, r1, r2]))
+    # THEN a short timeout makes rank 0 raise (naming rank 2) rather than hang: a defect;
+    # with gloo's default timeout it is the same hang as a plain barrier
+    assert report.verdict is verdict
+    assert FindingKind.COLLECTIVE_MISMATCH in kinds(report)

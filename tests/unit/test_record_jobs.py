@@ -299,7 +299,7 @@ def test_collective_sequences_agree_across_ranks(everything: EverythingRun) -> N
         ("reduce_scatter_tensor", "reduce_scatter_tensor", {"redop": "sum", "count": 4}),
         ("all_to_all", "all_to_all", {"count": 4, "splits": [[2, 2], [2, 2]]}),
         ("barrier", "barrier", {}),
-        ("monitored_barrier", "monitored_barrier", {}),
+        ("monitored_barrier", "monitored_barrier", {"timeout": 1800}),  # gloo default
         ("all_gather_tensor", "all_gather_into_tensor_coalesced", {"count": 2, "async": True}),
     ],
 )

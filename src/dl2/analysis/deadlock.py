@@ -125,7 +125,11 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
             else f"Rank {cycle[0]} waits on itself forever"
         )
         extra = [r for r in members if r not in cycle]
-        tail = f"; {rank_list(extra)} wait on this cycle too" if extra else ""
+        tail = (
+            f"; {rank_list(extra)} wait{'s' if len(extra) == 1 else ''} on this cycle too"
+            if extra
+            else ""
+        )
         message = f"{head}: " + "; ".join(parts) + (f" ({notes[0]})" if notes else "") + tail + "."
         findings.append(
             Finding(

@@ -63,6 +63,8 @@ class Op:
     count: int | None = None
     splits: tuple[tuple[int, ...], ...] | None = None
     ranks: tuple[int, ...] | None = None
+    #: monitored_barrier: its timeout (s), past which it raises instead of waiting on
+    timeout: float | None = None
     is_async: bool = False
     batch: int | None = None  # ops of one batch_isend_irecv / coalescing block share it
     stack: tuple[Frame, ...] = ()
@@ -154,6 +156,10 @@ def _frames(raw: Any) -> tuple[Frame, ...]:
                 func = str(item[2]) if len(item) > 2 else "?"
                 frames.append(Frame(str(item[0]), int(item[1]), func))
     return tuple(frames)
+
+
+def _opt_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _splits(raw: Any) -> tuple[tuple[int, ...], ...] | None:
@@ -252,6 +258,7 @@ def build_timeline(trace: RankTrace) -> Timeline:
             count=_opt_int(rec.get("count")),
             splits=_splits(rec.get("splits")),
             ranks=tuple(int(r) for r in ranks) if isinstance(ranks, list) else None,
+            timeout=_opt_float(rec.get("timeout")),
             is_async=bool(rec.get("async")),
             batch=_opt_int(rec.get("batch")),
             stack=_frames(rec.get("stack")),

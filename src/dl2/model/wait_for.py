@@ -6,7 +6,9 @@ send or receive (AND), any possible sender of a wildcard receive (OR), the membe
 group being created that have not created it.  The deadlock set is what graph reduction
 leaves: repeatedly release every blocked rank whose waits can all be met by ranks that
 can still make progress; the blocked ranks never released wait only on each other or on
-exited ranks, and nothing can release them.
+exited ranks, and nothing can release them.  A rank that will leave its wait by itself
+(a monitored_barrier with a short timeout, a loop polling is_completed()) counts as able
+to make progress: it is never part of a deadlock.
 """
 
 from __future__ import annotations
@@ -143,6 +145,23 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
     return Clause(op, missing, False, "missing") if missing else None
 
 
+#: gloo's default timeout; a monitored_barrier given a shorter one was meant to fail fast
+DEFAULT_TIMEOUT_S = 1800.0
+
+
+def _bounded(node: RankNode) -> bool:
+    """Blocked in a monitored_barrier with a timeout shorter than the default: it will
+    raise, naming the missing ranks, instead of waiting forever."""
+    blocked = node.blocked
+    return (
+        blocked is not None
+        and len(blocked.ops) == 1
+        and blocked.ops[0].op == "monitored_barrier"
+        and blocked.ops[0].timeout is not None
+        and blocked.ops[0].timeout < DEFAULT_TIMEOUT_S
+    )
+
+
 def _status(session: Session, graph: ExecutionGraph, rank: int) -> str:
     state = session.process_state(rank)
     if state == FAILED:
@@ -174,7 +193,11 @@ def build_wait_for_graph(session: Session, graph: ExecutionGraph) -> WaitForGrap
             status = RUNNING  # its op is matched: it is about to complete
         nodes[rank] = RankNode(rank, status)
 
-    free = {r for r, n in nodes.items() if n.status in (RUNNING, NO_TRACE, SPINNING)}
+    free = {
+        r
+        for r, n in nodes.items()
+        if n.status in (RUNNING, NO_TRACE, SPINNING) or (n.status == BLOCKED and _bounded(n))
+    }
     changed = True
     while changed:
         changed = False

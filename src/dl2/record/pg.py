@@ -273,7 +273,9 @@ def _d_barrier(
 def _d_monitored_barrier(
     pg: RecordingProcessGroup, a: tuple[Any, ...], k: dict[str, Any]
 ) -> tuple[str, bool]:
-    return "", False
+    timeout = _arg(a, k, 0, "timeout")
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else None
+    return (f',"timeout":{seconds:g}' if seconds is not None else ""), False
 
 
 # Python method name -> (recorded op name, describer).  The deprecated names are the

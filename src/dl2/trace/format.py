@@ -46,6 +46,8 @@ Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
                        splits], in elements, one per rank (even splits written out);
                        all_reduce_coalesced: [[elements of each tensor, in call order]]
                ranks   create_group: global ranks of the new group
+               timeout monitored_barrier: its timeout in seconds (torch fills in the
+                       group's default when the user gave none)
                async   true if the user asked for async_op / isend / irecv
                batch   ops issued by one batch_isend_irecv call (or coalescing block) share
                        this id (the id of the batch's first op); null otherwise

@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.dl2-installed
 BENCH_STAMP := $(VENV)/.dl2-bench-installed
+# `make bench BENCH="--quick"` (or a suite: BENCH="eval --filter send")
+BENCH ?=
 
 .PHONY: install demo test lint bench clean
 
@@ -36,7 +38,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks $(BENCH)
 
 clean:
 	rm -rf $(VENV) dl2-runs .pytest_cache .mypy_cache .ruff_cache

@@ -107,7 +107,7 @@ WORKLOAD_CAP_S = 90.0
 #: FR anchor: time allowed after the cap for the ranks to write their dumps
 FR_DUMP_GRACE_S = 40.0
 #: anchors: at most this many rank processes alive at once (memory), over all workers
-ANCHOR_RANK_BUDGET = 20
+ANCHOR_RANK_BUDGET = 28
 #: steps the clean workloads run when their step time is measured
 OVERHEAD_STEPS = 60
 WARMUP_STEPS = 3
@@ -1071,7 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--filter", action="append", default=[], help="case name substring")
     parser.add_argument("--anchors", action="store_true", help="also run the anchors")
     parser.add_argument("--jobs", type=int, default=1, help="dl2 runs at once (default 1)")
-    parser.add_argument("--anchor-jobs", type=int, default=8, help="anchor runs at once")
+    parser.add_argument("--anchor-jobs", type=int, default=10, help="anchor runs at once")
     parser.add_argument("--pairs", type=int, default=None, help="overhead dl2/plain pairs")
     parser.add_argument(
         "--docs",
@@ -1125,6 +1125,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(one, cases))
+    phases = {"dl2 runs": time.monotonic() - t0}
 
     overhead = []
     for case, result in zip(cases, results, strict=True):
@@ -1141,6 +1142,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
 
+    phases["overhead"] = time.monotonic() - t0 - sum(phases.values())
     anchor_results: list[AnchorResult] | None = None
     if args.anchors:
         print(
@@ -1149,6 +1151,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
         anchor_results = run_anchors(cases, args.anchor_jobs)
+        phases["anchors"] = time.monotonic() - t0 - sum(phases.values())
     anchor_map = {(a.anchor, a.case): a for a in anchor_results} if anchor_results else None
 
     table, summary = build_table(results, anchor_map)
@@ -1173,7 +1176,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  {name} anchor: correct cases that failed: {total[name]['ok_runs_failed']}"
                 )
-    print(f"\neval: done in {elapsed / 60:.1f} min")
+    print(
+        f"\neval: done in {elapsed / 60:.1f} min ("
+        + ", ".join(f"{name} {secs / 60:.1f}" for name, secs in phases.items())
+        + ")"
+    )
 
     record = {
         "time": stamp,
@@ -1182,6 +1189,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "command": command,
         "elapsed_s": round(elapsed, 1),
+        "phases_s": {name: round(secs, 1) for name, secs in phases.items()},
         "hang_timeout_s": HANG_TIMEOUT_S,
         "anchor_cap_s": ANCHOR_CAP_S if args.anchors else None,
         "summary": summary,

@@ -107,7 +107,7 @@ WORKLOAD_CAP_S = 90.0
 #: FR anchor: time allowed after the cap for the ranks to write their dumps
 FR_DUMP_GRACE_S = 40.0
 #: anchors: at most this many rank processes alive at once (memory), over all workers
-ANCHOR_RANK_BUDGET = 28
+ANCHOR_RANK_BUDGET = 20
 #: steps the clean workloads run when their step time is measured
 OVERHEAD_STEPS = 60
 WARMUP_STEPS = 3
@@ -1071,7 +1071,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--filter", action="append", default=[], help="case name substring")
     parser.add_argument("--anchors", action="store_true", help="also run the anchors")
     parser.add_argument("--jobs", type=int, default=1, help="dl2 runs at once (default 1)")
-    parser.add_argument("--anchor-jobs", type=int, default=10, help="anchor runs at once")
+    parser.add_argument("--anchor-jobs", type=int, default=8, help="anchor runs at once")
     parser.add_argument("--pairs", type=int, default=None, help="overhead dl2/plain pairs")
     parser.add_argument(
         "--docs",

@@ -15,6 +15,7 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Frame
 from dl2.model.ops import Op
+from dl2.model.ops import is_installed_file
 from dl2.model.wait_for import EXITED_STATUS
 from dl2.model.wait_for import FAILED_STATUS
 from dl2.model.wait_for import SPINNING
@@ -326,7 +327,7 @@ def busy_poll_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
             continue
         polled = list(node.blocked.ops)
         stack = suspect_stack(graph, rank)
-        own = [f for f in stack if "site-packages" not in f.file and "dist-packages" not in f.file]
+        own = [f for f in stack if not is_installed_file(f.file)]
         poll_frame = own[0] if own else (stack[0] if stack else None)
         unmet = {c.op.id: c for c in node.clauses}
         reasons = []

@@ -27,7 +27,8 @@ GROUP_OPS = frozenset({"create_group"})
 NO_DATA_OPS = frozenset({"barrier", "monitored_barrier"})
 
 
-def _installed(file: str) -> bool:
+def is_installed_file(file: str) -> bool:
+    """A file of an installed package (site-packages), not of the user's own code."""
     return "site-packages" in file or "dist-packages" in file
 
 
@@ -97,7 +98,7 @@ class Op:
         installed packages (a collective issued inside transformers names the script
         line that called the model); the innermost frame when all are packages'."""
         for frame in self.stack:
-            if not _installed(frame.file):
+            if not is_installed_file(frame.file):
                 return frame
         return self.stack[0] if self.stack else None
 

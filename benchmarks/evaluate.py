@@ -20,12 +20,13 @@
      includes stopping the job and the post-mortem analysis); wall: launch to exit.
 
 2. The clean workloads also measure what recording costs: each logs its per-step wall
-   times and peak RSS (``_common.StepLog``); it runs alternately under dl2 and plain
-   (the dl2 run of step 1 first, then plain, dl2, plain, ...: 2 pairs of 60 steps,
-   ``--quick`` 1 pair of 30).  A pair's ratio is the median step time of its dl2 run
-   over that of its plain run (first 3 steps of each run dropped); the overhead is the
-   median of the pair ratios, shown with their range.  Memory: the largest
-   ``ru_maxrss`` of any rank, dl2 runs vs plain runs.
+   times and peak RSS (``_common.StepLog``) in fresh runs after step 1, back to back in
+   pairs whose order alternates (dl2 then plain, plain then dl2, ...: 3 pairs of 60
+   steps, ``--quick`` 1 pair of 30), so slow drift of the machine hits both sides.  A
+   pair's ratio is the median step time of its dl2 run over that of its plain run
+   (first 3 steps of each run dropped); the overhead is the median of the pair ratios,
+   shown with their range.  Memory: the largest ``ru_maxrss`` of any rank, dl2 runs vs
+   plain runs.
 
 3. ``--anchors``: the same cases without dl2, as a user would debug them today
    (``ANCHOR_CAP_S`` = 30 s cap per run, 90 s for the workloads; runs in parallel):
@@ -78,6 +79,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +158,6 @@ class Dl2Result:
     verdict_ok: bool
     culprit_ok: bool | None
     note: str = ""
-    overhead_log: str | None = None
 
 
 def _last_progress_ns(run_dir: Path) -> int | None:
@@ -304,7 +305,6 @@ def run_dl2(case: Case, workdir: Path, log_dir: Path | None = None, steps: int =
         verdict_ok=verdict in accepted,
         culprit_ok=culprit_ok,
         note=note,
-        overhead_log=str(log_dir) if log_dir else None,
     )
 
 
@@ -324,33 +324,36 @@ def _read_step_logs(log_dir: Path) -> tuple[list[float], int]:
     return steps, rss
 
 
-def measure_overhead(
-    case: Case, first_dl2_log: Path, workdir: Path, pairs: int, steps: int
-) -> dict[str, Any]:
-    """Alternate runs after the evaluation's own dl2 run: plain, dl2, plain, ... .
+def measure_overhead(case: Case, workdir: Path, pairs: int, steps: int) -> dict[str, Any]:
+    """Fresh runs of ``case`` in back-to-back dl2/plain pairs, the order alternating.
 
-    Pair i is (dl2 run i, the plain run right after it); its ratio is the median step
-    time of the dl2 run over that of the plain run.  The overhead is the median of the
-    pair ratios (their range shows the machine's noise).
+    Pair i runs dl2 first when i is even and plain first when it is odd; its ratio is
+    the median step time of the dl2 run over that of the plain run.  The overhead is
+    the median of the pair ratios (their range shows the machine's noise).
     """
-    dl2_logs = [first_dl2_log]
-    plain_logs = []
-    for i in range(pairs):
-        if i > 0:
-            sub = workdir / f"ovh{i}"
-            sub.mkdir(exist_ok=True)
-            dl2_log = workdir / f"ovh-{case.name}-dl2_{i}"
-            run_dl2(case, sub, dl2_log, steps)
-            dl2_logs.append(dl2_log)
-        plain_log = workdir / f"ovh-{case.name}-plain{i}"
+    dl2_logs, plain_logs = [], []
+
+    def dl2_run(i: int) -> None:
+        sub = workdir / f"ovh{i}"
+        sub.mkdir(exist_ok=True)
+        log = workdir / f"ovh-{case.name}-dl2_{i}"
+        run_dl2(case, sub, log, steps)
+        dl2_logs.append(log)
+
+    def plain_run(i: int) -> None:
+        log = workdir / f"ovh-{case.name}-plain{i}"
         run = launch(
             case.path,
             case.world,
             RUN_TIMEOUT_S,
-            {"DL2_BENCH_LOG": str(plain_log), "DL2_BENCH_STEPS": str(steps)},
+            {"DL2_BENCH_LOG": str(log), "DL2_BENCH_STEPS": str(steps)},
         )
         shutil.rmtree(run.outdir, ignore_errors=True)
-        plain_logs.append(plain_log)
+        plain_logs.append(log)
+
+    for i in range(pairs):
+        for run in (dl2_run, plain_run) if i % 2 == 0 else (plain_run, dl2_run):
+            run(i)
     ratios = []
     dl2_medians, plain_medians = [], []
     dl2_rss = plain_rss = 0
@@ -939,8 +942,9 @@ def docs_section(
     parts += ["", table, ""]
     if overhead:
         parts += [
-            "Recording overhead on the clean workloads (runs alternate dl2 / plain; a pair's "
-            "ratio = median step time of rank 0 under dl2 / plain, first "
+            "Recording overhead on the clean workloads (fresh runs in back-to-back dl2 / plain "
+            "pairs, the order alternating from pair to pair; a pair's ratio = median step "
+            "time of rank 0 under dl2 / plain, first "
             f"{WARMUP_STEPS} steps of each run dropped; the table gives the median ratio and "
             "the range over pairs; peak RSS = largest `ru_maxrss` of any rank):",
             "",
@@ -1045,7 +1049,8 @@ def render_last() -> int:
         return 2
     lines = [ln for ln in RESULTS.read_text().splitlines() if ln.strip()]
     record = json.loads(lines[-1])
-    results = [Dl2Result(**c) for c in record["cases"]]
+    known = {f.name for f in fields(Dl2Result)}  # older records carry retired keys
+    results = [Dl2Result(**{k: v for k, v in c.items() if k in known}) for c in record["cases"]]
     anchors = [AnchorResult(**a) for a in record["anchors"]] if record.get("anchors") else None
     anchor_map = {(a.anchor, a.case): a for a in anchors} if anchors else None
     table, _ = build_table(results, anchor_map)
@@ -1101,7 +1106,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cases:
         print("eval: no case selected")
         return 2
-    pairs = args.pairs if args.pairs is not None else (1 if args.quick else 2)
+    pairs = args.pairs if args.pairs is not None else (1 if args.quick else 3)
     steps = 30 if args.quick else OVERHEAD_STEPS
     workdir = Path(tempfile.mkdtemp(prefix="dl2-bench-eval-"))
     print(
@@ -1111,9 +1116,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     def one(case: Case) -> Dl2Result:
-        clean_workload = case.suite == "workloads" and case.label == "ok"
-        log_dir = workdir / f"ovh-{case.name}-dl2_0" if clean_workload else None
-        result = run_dl2(case, workdir, log_dir, steps)
+        result = run_dl2(case, workdir)
         ok = "ok " if result.verdict_ok and result.culprit_ok is not False else "BAD"
         lat = "" if result.latency_s is None else f" latency {result.latency_s:.1f}s"
         print(
@@ -1128,12 +1131,10 @@ def main(argv: list[str] | None = None) -> int:
     phases = {"dl2 runs": time.monotonic() - t0}
 
     overhead = []
-    for case, result in zip(cases, results, strict=True):
-        if result.overhead_log and pairs > 0:
-            print(f"  overhead: {case.name} ({pairs} plain run(s) alternating)", flush=True)
-            overhead.append(
-                measure_overhead(case, Path(result.overhead_log), workdir, pairs, steps)
-            )
+    for case in cases:
+        if case.suite == "workloads" and case.label == "ok" and pairs > 0:
+            print(f"  overhead: {case.name} ({pairs} dl2/plain pair(s))", flush=True)
+            overhead.append(measure_overhead(case, workdir, pairs, steps))
             o = overhead[-1]
             print(
                 f"    step ms plain {o.get('plain_step_ms')} dl2 {o.get('dl2_step_ms')} "

@@ -21,7 +21,7 @@
 
 2. The clean workloads also measure what recording costs: each logs its per-step wall
    times and peak RSS (``_common.StepLog``) in fresh runs after step 1, back to back in
-   pairs whose order alternates (dl2 then plain, plain then dl2, ...: 3 pairs of 60
+   pairs whose order alternates (dl2 then plain, plain then dl2, ...: 2 pairs of 60
    steps, ``--quick`` 1 pair of 30), so slow drift of the machine hits both sides.  A
    pair's ratio is the median step time of its dl2 run over that of its plain run
    (first 3 steps of each run dropped); the overhead is the median of the pair ratios,
@@ -1106,7 +1106,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cases:
         print("eval: no case selected")
         return 2
-    pairs = args.pairs if args.pairs is not None else (1 if args.quick else 3)
+    pairs = args.pairs if args.pairs is not None else (1 if args.quick else 2)
     steps = 30 if args.quick else OVERHEAD_STEPS
     workdir = Path(tempfile.mkdtemp(prefix="dl2-bench-eval-"))
     print(

@@ -4,8 +4,9 @@ Each suite is a module of this package with ``main(argv) -> int``.  The leading
 arguments name suites; everything from the first option on goes to each of them as is
 (``python -m benchmarks eval --filter send_send --anchors``).  With no suite named, every
 suite runs in turn with the options of a full benchmark (the evaluation with its
-anchors; about 40 min on 2 cores); ``--quick`` alone runs each one's quick subset,
-without the anchors (about 3.5 min).  Results go to stdout; the
+anchors; 35-45 min on 2 cores, depending on the machine's load); ``--quick`` alone
+runs each one's quick subset, without the anchors (about 3.5 min).  Results go to
+stdout; the
 evaluation also appends to ``benchmarks/results/results.jsonl`` and, for a full run,
 rewrites its table in docs/benchmarks.md.
 """

@@ -5,7 +5,9 @@
 1. Every case of ``benchmarks/cases`` (synthetic) and ``benchmarks/workloads``
    (transformers models under DDP / FSDP2 / pipeline / tensor parallelism) runs once
    under ``dl2 run --hang-timeout 30 --json ... -n WORLD case.py`` (hard timeout per
-   run).  Its verdict is compared with the case's header (``cases/README.md``):
+   run; ``--jobs`` runs at a time, 2 by default: on 2 cores the latencies below are
+   then measured beside a neighbour's load, which can only lengthen them).  Its
+   verdict is compared with the case's header (``cases/README.md``):
 
    * positive = a ``deadlock`` or ``defect`` verdict; precision and recall count a
      positive as correct when the label is ``deadlock`` or ``defect``;
@@ -158,6 +160,7 @@ class Dl2Result:
     verdict_ok: bool
     culprit_ok: bool | None
     note: str = ""
+    job_exit_code: int | None = None  # the job's own exit status (run.json)
 
 
 def _last_progress_ns(run_dir: Path) -> int | None:
@@ -305,6 +308,7 @@ def run_dl2(case: Case, workdir: Path, log_dir: Path | None = None, steps: int =
         verdict_ok=verdict in accepted,
         culprit_ok=culprit_ok,
         note=note,
+        job_exit_code=meta.get("job_exit_code"),
     )
 
 
@@ -831,6 +835,35 @@ def _miss_reason(r: Dl2Result) -> str:
     return "; ".join(parts)
 
 
+def nondeterministic_summary(results: list[Dl2Result]) -> str:
+    """How the nondeterministic positive cases went in this run: shown, flagged, missed."""
+    cases = [r for r in results if r.nondeterministic and r.label != "ok"]
+    if not cases:
+        return ""
+
+    def clean_finish(r: Dl2Result) -> bool:  # older records lack the job's own status
+        job = r.exit_code if r.job_exit_code is None else r.job_exit_code
+        return r.reason == "finished" and job == 0
+
+    shown = [r for r in cases if not clean_finish(r)]
+    clean = [r for r in cases if r not in shown]
+    predicted = [r for r in clean if r.positive]
+    missed = [r.case for r in clean if not r.positive]
+    text = (
+        f"Nondeterministic cases: {len(cases)} labelled deadlock/defect; in this run the bug "
+        f"showed (the job did not finish cleanly) in {len(shown)}, dl2 flagged "
+        f"{sum(r.positive for r in shown)} of them; {len(clean)} finished cleanly, of which "
+        f"dl2 still flagged {len(predicted)} from the trace"
+    )
+    if missed:
+        text += (
+            f" and missed {len(missed)} ({', '.join(f'`{c}`' for c in missed)}: what makes "
+            "them break, a random draw or a hash seed, is not in the trace, so a clean run "
+            "looks like a correct job)"
+        )
+    return text + "."
+
+
 def misses(results: list[Dl2Result]) -> list[str]:
     out = []
     for r in results:
@@ -964,6 +997,8 @@ def docs_section(
         parts.append("")
     parts += ["dl2 misses in this run:", ""]
     parts += [f"* {m}" for m in miss] or ["* none"]
+    if nd := nondeterministic_summary(results):
+        parts += ["", nd]
     if anchors:
         times: dict[str, list[float]] = {}
         for a in anchors:
@@ -1075,7 +1110,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a subset that runs in < 5 min")
     parser.add_argument("--filter", action="append", default=[], help="case name substring")
     parser.add_argument("--anchors", action="store_true", help="also run the anchors")
-    parser.add_argument("--jobs", type=int, default=1, help="dl2 runs at once (default 1)")
+    parser.add_argument("--jobs", type=int, default=2, help="dl2 runs at once (default 2)")
     parser.add_argument("--anchor-jobs", type=int, default=8, help="anchor runs at once")
     parser.add_argument("--pairs", type=int, default=None, help="overhead dl2/plain pairs")
     parser.add_argument(
@@ -1170,6 +1205,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for m in misses(results) or ["no dl2 miss"]:
         print(f"  miss: {m}")
+    if nd := nondeterministic_summary(results):
+        print(f"  {nd}")
     if anchor_results:
         total = summary_all(results, anchor_results)
         for name in ANCHORS:

@@ -60,7 +60,7 @@ if str(REPO / "src") not in sys.path:
 BUFFERS = (0, 1 << 10, 64 << 10, 1 << 20, 4 << 20)
 COUNTS = (1, 2, 4, 8)
 WORKLOADS = ("fusion", "exchange")
-RUNS, QUICK_RUNS = 10, 3
+RUNS, QUICK_RUNS = 6, 3
 #: seconds a run may go without proof of anything before the monitor stops it
 HANG_TIMEOUT_S = 10.0
 #: `dl2 run` launches timed for the comparison (first configurations of each workload)

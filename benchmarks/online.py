@@ -10,7 +10,7 @@ Three figures, each on jobs of ``benchmarks/online_cases``:
   monitor's ``verdict_wall_time`` (run.json) minus the latest stamp of a member of the
   deadlock.  Runs one at a time, 2 seeds per case (``--quick``: 1).
 * **false alarms**: ``ok_random.py`` (a correct 2-rank job with random 0-3 s per-rank
-  delays before its collectives and P2P ops, slow ranks and compute phases) with 40
+  delays before its collectives and P2P ops, slow ranks and compute phases) with 30
   seeds (``--quick``: 20), ``--suspect-after 1``, 4 runs at a time; counts deadlock
   verdicts (exit 3 or run.json reason "deadlock") and any other non-zero exit.
 * **monitor cost**: ``ddp_steps.py`` (a small DDP loop, 2 ranks) under ``dl2 run``; the
@@ -42,7 +42,7 @@ DL2 = REPO / ".venv" / "bin" / "dl2"
 
 RUN_TIMEOUT_S = 90
 LATENCY_SEEDS, LATENCY_SEEDS_QUICK = 2, 1
-FALSE_ALARM_RUNS, FALSE_ALARM_RUNS_QUICK = 40, 20
+FALSE_ALARM_RUNS, FALSE_ALARM_RUNS_QUICK = 30, 20
 FALSE_ALARM_PARALLEL = 4
 COST_SECONDS, COST_SECONDS_QUICK = 25.0, 12.0
 COST_PHASE_S = 1.0

@@ -858,8 +858,8 @@ def nondeterministic_summary(results: list[Dl2Result]) -> str:
     if missed:
         text += (
             f" and missed {len(missed)} ({', '.join(f'`{c}`' for c in missed)}: what makes "
-            "them break, a random draw or a hash seed, is not in the trace, so a clean run "
-            "looks like a correct job)"
+            "them break (which op completed first, a random draw) feeds a later call's "
+            "arguments in the user's code and leaves no mark in a clean run's trace)"
         )
     return text + "."
 

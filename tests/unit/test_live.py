@@ -207,6 +207,23 @@ def test_wait_mode_neither_reports_nor_stops_until_the_hang_timeout(tmp_path):
     assert outcome.report.verdict is Verdict.DEADLOCK
 
 
+def test_a_rank_stuck_in_a_call_its_peers_matched_still_reaches_the_hang_timeout(tmp_path):
+    # GIVEN rank 0 created group 1 and waits in a barrier; rank 1 never returns from
+    # creating the same group (gloo paired it otherwise), so the model sees no cycle
+    r0, r1 = ranks(2)
+    r0.create_group("1", [0, 1], line=5)
+    r0.call("barrier", 9, complete=False)
+    r1.create_group("1", [0, 1], line=5, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices, hang_timeout=0.3)
+    # WHEN the monitor polls past the hang timeout
+    outcome = steps(monitor, 100)
+    # THEN it stops the job on the hang timeout instead of waiting forever
+    assert outcome is not None and outcome.reason == "hang-timeout"
+    assert job.stops == 1
+
+
 # -- hang suspects --------------------------------------------------------------------------
 
 

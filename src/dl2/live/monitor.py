@@ -469,8 +469,13 @@ class Monitor:
             built = self._built = _Built(key, session, graph, wfg)
             self._next_check = now + 4 * (time.monotonic() - started)
         wfg = built.wfg
+        # For the hang timeout a rank still inside a recorded blocking call counts as
+        # stuck even when the model says its peers matched it (gloo may have paired them
+        # otherwise, e.g. groups created in different orders): only the clock decides.
+        timelines = built.graph.timelines
         self._all_blocked = all(
             node.status in (BLOCKED, SPINNING)
+            or (rank in timelines and timelines[rank].blocked is not None)
             for rank, node in wfg.nodes.items()
             if states.get(rank, ALIVE) == ALIVE and node.status != "no-trace"
         )

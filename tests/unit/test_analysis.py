@@ -176,6 +176,18 @@ def test_op_failed_because_peer_exited_is_an_orphan_defect():
     assert "Connection closed" in orphan.message
 
 
+def test_collective_failed_inside_backward_after_peer_exited_is_a_defect():
+    # GIVEN rank 0 failed inside an all_reduce (no ret: it raised in C++) that rank 1,
+    # which exited cleanly, never issued
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 8)
+    r0.call("all_reduce", 25, complete=False)
+    r1.call("all_reduce", 8)
+    report = analyze(session([r0, r1.end()], states={0: FAILED, 1: EXITED}))
+    # THEN the rank that left caused it: a defect, not an unrelated job failure
+    assert report.verdict is Verdict.DEFECT
+
+
 def test_waiting_on_a_crashed_rank_is_a_job_failure():
     r0, r1 = ranks(2)
     r0.call("all_reduce", 10, complete=False)

@@ -104,7 +104,7 @@ def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Ve
     # A rank that left cleanly while others needed it: gloo fails their ops with
     # "Connection closed by peer" rather than hanging, so this is a defect, not a hang.
     if any(
-        f.kind is FindingKind.ORPHANED_WAIT
+        f.kind in (FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING)
         # the ranks that left, not the waiter (the first op's rank)
         and any(wfg.status(r) == EXITED_STATUS for r in f.ranks if r != f.ops[0].rank)
         for f in findings

@@ -846,7 +846,7 @@ def nondeterministic_summary(results: list[Dl2Result]) -> str:
         return r.reason == "finished" and job == 0
 
     shown = [r for r in cases if not clean_finish(r)]
-    clean = [r for r in cases if r not in shown]
+    clean = [r for r in cases if clean_finish(r)]
     predicted = [r for r in clean if r.positive]
     missed = [r.case for r in clean if not r.positive]
     text = (

@@ -47,8 +47,6 @@ from dl2.live.shared import SharedState
 from dl2.live.tailer import TraceTailer
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
-from dl2.model.wait_for import BLOCKED
-from dl2.model.wait_for import SPINNING
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.trace.session import ALIVE
@@ -469,13 +467,12 @@ class Monitor:
             built = self._built = _Built(key, session, graph, wfg)
             self._next_check = now + 4 * (time.monotonic() - started)
         wfg = built.wfg
-        # For the hang timeout a rank still inside a recorded blocking call counts as
-        # stuck even when the model says its peers matched it (gloo may have paired them
-        # otherwise, e.g. groups created in different orders): only the clock decides.
+        # For the hang timeout every rank inside a recorded blocking call counts as stuck
+        # (blocked, spinning, or matched by the model but never returning: gloo may have
+        # paired it otherwise, e.g. groups created in different orders).
         timelines = built.graph.timelines
         self._all_blocked = all(
-            node.status in (BLOCKED, SPINNING)
-            or (rank in timelines and timelines[rank].blocked is not None)
+            rank in timelines and timelines[rank].blocked is not None
             for rank, node in wfg.nodes.items()
             if states.get(rank, ALIVE) == ALIVE and node.status != "no-trace"
         )

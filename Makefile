@@ -7,7 +7,7 @@ BENCH_STAMP := $(VENV)/.dl2-bench-installed
 # `make bench BENCH="--quick"` (or a suite: BENCH="eval --filter send")
 BENCH ?=
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,8 +30,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
 
+# The whole suite, what CI runs: lint, types, pure tests and real multi-process jobs.
 test: $(STAMP) lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
+
+# The edit loop: pure functions, gold files, fake-rank monitors; no torch job (< 1 min).
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not integration" tests
 
 $(BENCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'

@@ -1,7 +1,7 @@
 """Small factories for test data: every argument has a default, so a test names only
 what it is about.
 
-Report objects (:mod:`dl2.analysis.report`): :func:`op_ref`, :func:`finding`,
+Report objects (:mod:`dl2.report`): :func:`op_ref`, :func:`finding`,
 :func:`rank_state`, :func:`report`.
 """
 
@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from collections.abc import Mapping
 
-from dl2.analysis.report import Finding
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import OpRef
-from dl2.analysis.report import RankState
-from dl2.analysis.report import Report
-from dl2.analysis.report import Verdict
+from dl2.report import Finding
+from dl2.report import FindingKind
+from dl2.report import OpRef
+from dl2.report import RankState
+from dl2.report import Report
+from dl2.report import Verdict
 
 # -- report objects ----------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Reports of typical runs, built in code: the inputs of the renderer goldens.
 
-Each function returns one :class:`~dl2.analysis.report.Report` as the analysis would
+Each function returns one :class:`~dl2.report.Report` as the analysis would
 hand it over; ``SAMPLES`` names them (the golden files are ``tests/gold/<name>.<ext>``).
 """
 
@@ -12,9 +12,9 @@ from builders import finding
 from builders import op_ref
 from builders import rank_state
 from builders import report
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import Report
-from dl2.analysis.report import Verdict
+from dl2.report import FindingKind
+from dl2.report import Report
+from dl2.report import Verdict
 
 JOB = {"command": ["torchrun", "--nproc-per-node=2", "train.py"], "exit_status": -9}
 

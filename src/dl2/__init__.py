@@ -15,7 +15,7 @@ from dl2._version import __version__
 from dl2.errors import Dl2Error
 
 if TYPE_CHECKING:
-    from dl2.analysis.report import Report
+    from dl2.report import Report
     from dl2.trace.session import Session
 
 __all__ = ["Dl2Error", "Report", "Session", "__version__", "analyze", "load"]
@@ -37,7 +37,7 @@ def analyze(session: Session, **options: Any) -> Report:
 
 def __getattr__(name: str) -> Any:
     if name == "Report":
-        from dl2.analysis.report import Report
+        from dl2.report import Report
 
         return Report
     if name == "Session":

@@ -15,12 +15,13 @@ REPO = Path(__file__).resolve().parents[2]
 def dl2_bin() -> Path:
     """The ``dl2`` console script of the repository's virtual environment.
 
-    ``DL2_BIN`` overrides the path. Skips every test that uses it when the script is
-    missing or ``dl2 run --help`` does not exit 0 (the CLI is not there yet).
+    ``DL2_BIN`` overrides the path. Every test that uses it *fails* when the script is
+    missing or ``dl2 run --help`` does not exit 0: a broken install must not pass as a
+    run of skipped tests.
     """
     path = Path(os.environ.get("DL2_BIN", REPO / ".venv" / "bin" / "dl2"))
     if not path.exists():
-        pytest.skip(f"dl2 CLI not found at {path}")
+        pytest.fail(f"dl2 CLI not found at {path}; run `make install` first")
     try:
         probe = subprocess.run(
             [str(path), "run", "--help"],
@@ -30,7 +31,15 @@ def dl2_bin() -> Path:
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"`{path} run --help` failed: {exc}")
+        pytest.fail(f"`{path} run --help` failed: {exc}")
     if probe.returncode != 0:
-        pytest.skip(f"`{path} run --help` exited {probe.returncode}: dl2 run is not available")
+        pytest.fail(f"`{path} run --help` exited {probe.returncode}: dl2 run is not available")
     return path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/integration starts real processes: mark it so."""
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.integration)

@@ -6,8 +6,8 @@ import pytest
 
 from dl2.analysis import ANALYSES
 from dl2.analysis import analyze
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import Verdict
+from dl2.report import FindingKind
+from dl2.report import Verdict
 from dl2.trace.session import EXITED
 from dl2.trace.session import FAILED
 from dl2.trace.session import Session

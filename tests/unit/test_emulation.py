@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 
 from dl2.analysis import analyze
-from dl2.analysis.prediction import predict
-from dl2.analysis.prediction import recorded_semantics
-from dl2.analysis.report import Verdict
-from dl2.analysis.semantics import GLOO
-from dl2.analysis.semantics import Semantics
+from dl2.analysis.prediction.search import predict
+from dl2.analysis.prediction.search import recorded_semantics
+from dl2.analysis.prediction.semantics import GLOO
+from dl2.analysis.prediction.semantics import Semantics
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.ops import build_timeline
 from dl2.model.wait_for import BLOCKED
 from dl2.model.wait_for import RUNNING
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.record import emulate
+from dl2.report import Verdict
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 from trace_builders import RankBuilder

@@ -15,8 +15,6 @@ from typing import Any
 
 import pytest
 
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import Verdict
 from dl2.live import monitor as monitor_mod
 from dl2.live.monitor import Monitor
 from dl2.live.monitor import MonitorOptions
@@ -25,6 +23,8 @@ from dl2.live.shared import StoreAddress
 from dl2.live.shared import parse_store
 from dl2.live.shared import store_from_command
 from dl2.live.tailer import TraceTailer
+from dl2.report import FindingKind
+from dl2.report import Verdict
 from dl2.trace.format import encode
 from trace_builders import RankBuilder
 from trace_builders import ranks

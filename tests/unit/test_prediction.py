@@ -7,26 +7,26 @@ import json
 import pytest
 
 from dl2.analysis import analyze
-from dl2.analysis import potential
-from dl2.analysis.prediction import Prediction
-from dl2.analysis.prediction import predict
-from dl2.analysis.prediction import sweep
-from dl2.analysis.prediction import witness_from_json
-from dl2.analysis.prediction import witness_to_json
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import Verdict
-from dl2.analysis.semantics import GLOO
-from dl2.analysis.semantics import NCCL
-from dl2.analysis.semantics import Semantics
-from dl2.analysis.semantics import eager
-from dl2.analysis.semantics import format_size
-from dl2.analysis.semantics import op_bytes
-from dl2.analysis.semantics import parse_semantics
-from dl2.analysis.semantics import parse_size
+from dl2.analysis.prediction import findings as potential
+from dl2.analysis.prediction.search import Prediction
+from dl2.analysis.prediction.search import predict
+from dl2.analysis.prediction.search import sweep
+from dl2.analysis.prediction.search import witness_from_json
+from dl2.analysis.prediction.search import witness_to_json
+from dl2.analysis.prediction.semantics import GLOO
+from dl2.analysis.prediction.semantics import NCCL
+from dl2.analysis.prediction.semantics import Semantics
+from dl2.analysis.prediction.semantics import eager
+from dl2.analysis.prediction.semantics import format_size
+from dl2.analysis.prediction.semantics import op_bytes
+from dl2.analysis.prediction.semantics import parse_semantics
+from dl2.analysis.prediction.semantics import parse_size
 from dl2.cli import main
 from dl2.errors import ConfigError
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
+from dl2.report import FindingKind
+from dl2.report import Verdict
 from trace_builders import RankBuilder
 from trace_builders import ranks
 from trace_builders import session

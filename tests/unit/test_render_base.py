@@ -11,7 +11,6 @@ import pytest
 import dl2.render.base as base
 from builders import rank_state
 from builders import report
-from dl2.analysis.report import Report
 from dl2.errors import ConfigError
 from dl2.errors import Dl2Error
 from dl2.render import RENDERERS
@@ -20,6 +19,7 @@ from dl2.render import JsonRenderer
 from dl2.render import Renderer
 from dl2.render import get_renderer
 from dl2.render import write_report
+from dl2.report import Report
 
 EMPTY = report()
 SINGLE = report(ranks=[rank_state(0, "exited")])
@@ -61,7 +61,7 @@ def test_get_renderer_unknown_name_lists_valid_ones() -> None:
 def test_importing_render_does_not_import_rich() -> None:
     # GIVEN a fresh interpreter WHEN dl2.render is imported and a JSON report rendered
     code = (
-        "import sys, dl2.render as r; from dl2.analysis.report import Report, Verdict;"
+        "import sys, dl2.render as r; from dl2.report import Report, Verdict;"
         "r.JsonRenderer().render(Report(Verdict.OK, (), (), 0));"
         "print('rich' in sys.modules)"
     )

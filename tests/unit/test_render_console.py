@@ -8,14 +8,14 @@ from builders import finding
 from builders import op_ref
 from builders import rank_state
 from builders import report
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import Report
-from dl2.analysis.report import Verdict
 from dl2.render.console import ConsoleRenderer
 from dl2.render.console import cycle_line
 from dl2.render.console import headline
 from dl2.render.console import op_label
 from dl2.render.console import rank_list
+from dl2.report import FindingKind
+from dl2.report import Report
+from dl2.report import Verdict
 from sample_reports import collective_mismatch
 from sample_reports import large
 from sample_reports import orphaned_wait

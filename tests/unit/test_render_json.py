@@ -11,11 +11,11 @@ from builders import finding
 from builders import op_ref
 from builders import rank_state
 from builders import report
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import Verdict
 from dl2.render.jsonreport import FORMAT_VERSION
 from dl2.render.jsonreport import JsonRenderer
 from dl2.render.jsonreport import report_to_dict
+from dl2.report import FindingKind
+from dl2.report import Verdict
 from sample_reports import SAMPLES
 from sample_reports import sendsend_deadlock
 from sample_reports import wildcard_wait

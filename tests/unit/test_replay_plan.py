@@ -8,16 +8,16 @@ from types import FrameType
 
 import pytest
 
-from dl2.analysis.prediction import Choice
-from dl2.analysis.prediction import Witness
-from dl2.analysis.report import OpRef
-from dl2.analysis.semantics import GLOO
+from dl2.analysis.prediction.search import Choice
+from dl2.analysis.prediction.search import Witness
+from dl2.analysis.prediction.semantics import GLOO
 from dl2.errors import ConfigError
 from dl2.record.stack import USER
 from dl2.record.stack import classify_file
 from dl2.replay.plan import build_replay_plan
 from dl2.replay.plan import plan_from_json
 from dl2.replay.worker import from_stack
+from dl2.report import OpRef
 from trace_builders import RankBuilder
 from trace_builders import ranks
 from trace_builders import session

@@ -16,18 +16,13 @@ from dl2.analysis.deadlock import deadlock_findings
 from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.describe import op_ref
-from dl2.analysis.fusion import fusion_findings
 from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
 from dl2.analysis.matching import nonmember_findings
 from dl2.analysis.matching import p2p_findings
 from dl2.analysis.matching import p2p_mismatch_findings
-from dl2.analysis.potential import potential_deadlock_findings
-from dl2.analysis.report import Finding
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import RankState
-from dl2.analysis.report import Report
-from dl2.analysis.report import Verdict
+from dl2.analysis.prediction.findings import potential_deadlock_findings
+from dl2.analysis.prediction.fusion import fusion_findings
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.wait_for import BLOCKED
@@ -36,6 +31,11 @@ from dl2.model.wait_for import FAILED_STATUS
 from dl2.model.wait_for import SPINNING
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
+from dl2.report import Finding
+from dl2.report import FindingKind
+from dl2.report import RankState
+from dl2.report import Report
+from dl2.report import Verdict
 from dl2.trace.session import Session
 
 __all__ = ["ANALYSES", "Context", "analyze"]

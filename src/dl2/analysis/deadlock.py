@@ -9,8 +9,6 @@ from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
-from dl2.analysis.report import Finding
-from dl2.analysis.report import FindingKind
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Frame
@@ -23,6 +21,8 @@ from dl2.model.wait_for import Clause
 from dl2.model.wait_for import RankNode
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import clause_for
+from dl2.report import Finding
+from dl2.report import FindingKind
 
 _ORPHAN_HINT = (
     "A rank exited while others still needed it: every rank must issue the same "

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dl2.analysis.report import OpRef
 from dl2.model.ops import Op
+from dl2.report import OpRef
 
 
 def op_ref(op: Op) -> OpRef:

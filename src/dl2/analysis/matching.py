@@ -9,15 +9,15 @@ from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
-from dl2.analysis.report import Finding
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import OpRef
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Op
 from dl2.model.wait_for import EXITED_STATUS
 from dl2.model.wait_for import FAILED_STATUS
 from dl2.model.wait_for import WaitForGraph
+from dl2.report import Finding
+from dl2.report import FindingKind
+from dl2.report import OpRef
 
 _FIELD_HINTS = {
     "op": (

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dl2.analysis.report import Report
 from dl2.render import get_renderer
 from dl2.render import write_report
+from dl2.report import Report
 
 
 def emit(

@@ -3,7 +3,7 @@
 Prints a table of configuration -> verdict, then each potential deadlock's witness (the
 blocked ranks with their ops and source lines, the wildcard matches taken, the buffer
 threshold), writes each witness as JSON and prints the command that replays it; then the
-fusion passes whose buckets may differ between ranks (:mod:`dl2.analysis.fusion`; with
+fusion passes whose buckets may differ between ranks (:mod:`dl2.analysis.prediction.fusion`; with
 ``--fusion``, every pass that fuses in each rank's own ready order).  Exit status: 0 no
 configuration deadlocks and no fusion diverges, 4 some can, 3 the recorded run itself
 deadlocked, 2 bad input.
@@ -21,27 +21,27 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from dl2.analysis.describe import where
-from dl2.analysis.fusion import FusionWitness
-from dl2.analysis.fusion import fusion_witnesses
-from dl2.analysis.fusion import witness_sentence
-from dl2.analysis.machine import build_program
-from dl2.analysis.prediction import DEFAULT_MAX_DEVIATIONS
-from dl2.analysis.prediction import DEFAULT_MAX_STATES
-from dl2.analysis.prediction import DEFAULT_MAX_WITNESSES
-from dl2.analysis.prediction import Prediction
-from dl2.analysis.prediction import Predictor
-from dl2.analysis.prediction import Witness
-from dl2.analysis.prediction import recorded_semantics
-from dl2.analysis.prediction import semantics_to_json
-from dl2.analysis.prediction import witness_to_json
-from dl2.analysis.report import Verdict
-from dl2.analysis.semantics import Semantics
-from dl2.analysis.semantics import format_size
-from dl2.analysis.semantics import parse_semantics
-from dl2.analysis.semantics import parse_size
+from dl2.analysis.prediction.fusion import FusionWitness
+from dl2.analysis.prediction.fusion import fusion_witnesses
+from dl2.analysis.prediction.fusion import witness_sentence
+from dl2.analysis.prediction.machine import build_program
+from dl2.analysis.prediction.search import DEFAULT_MAX_DEVIATIONS
+from dl2.analysis.prediction.search import DEFAULT_MAX_STATES
+from dl2.analysis.prediction.search import DEFAULT_MAX_WITNESSES
+from dl2.analysis.prediction.search import Prediction
+from dl2.analysis.prediction.search import Predictor
+from dl2.analysis.prediction.search import Witness
+from dl2.analysis.prediction.search import recorded_semantics
+from dl2.analysis.prediction.search import semantics_to_json
+from dl2.analysis.prediction.search import witness_to_json
+from dl2.analysis.prediction.semantics import Semantics
+from dl2.analysis.prediction.semantics import format_size
+from dl2.analysis.prediction.semantics import parse_semantics
+from dl2.analysis.prediction.semantics import parse_size
 from dl2.errors import ConfigError
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.wait_for import build_wait_for_graph
+from dl2.report import Verdict
 from dl2.trace.session import load_session
 
 if TYPE_CHECKING:

@@ -16,11 +16,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from dl2.analysis.prediction import Witness
-from dl2.analysis.prediction import recorded_semantics
-from dl2.analysis.prediction import witness_from_json
-from dl2.analysis.report import Verdict
-from dl2.analysis.semantics import format_size
+from dl2.analysis.prediction.search import Witness
+from dl2.analysis.prediction.search import recorded_semantics
+from dl2.analysis.prediction.search import witness_from_json
+from dl2.analysis.prediction.semantics import format_size
 from dl2.cli.output import emit
 from dl2.cli.run import _byte_size
 from dl2.cli.run import _positive
@@ -29,6 +28,7 @@ from dl2.errors import Dl2Error
 from dl2.live.monitor import MonitorOptions
 from dl2.live.monitor import Outcome
 from dl2.model.execution_graph import build_execution_graph
+from dl2.notice import notice
 from dl2.render import get_renderer
 from dl2.render import write_report
 from dl2.replay.plan import ReplayPlan
@@ -36,6 +36,7 @@ from dl2.replay.plan import build_replay_plan
 from dl2.replay.runner import ReplayConfig
 from dl2.replay.runner import new_run_dir
 from dl2.replay.runner import run_plan
+from dl2.report import Verdict
 from dl2.trace.session import Session
 from dl2.trace.session import load_session
 
@@ -99,7 +100,7 @@ class ReplayCommand:
             on_deadlock="abort",
         )
         outcome = run_plan(
-            plan, config, replay_dir, options, on_report=lambda r: emit(r, None), notice=_notice
+            plan, config, replay_dir, options, on_report=lambda r: emit(r, None), notice=notice
         )
         return _conclude(outcome, replay_dir, args, witness)
 
@@ -234,7 +235,3 @@ def _conclude(
     if outcome.reason == "interrupted" and report.verdict is not Verdict.DEADLOCK:
         return 130
     return report.exit_code
-
-
-def _notice(message: str) -> None:
-    print(f"dl2: {message}", file=sys.stderr, flush=True)

@@ -12,8 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from dl2.analysis.report import Verdict
-from dl2.analysis.semantics import parse_size
+from dl2.analysis.prediction.semantics import parse_size
 from dl2.cli.output import emit
 from dl2.errors import ConfigError
 from dl2.errors import Dl2Error
@@ -31,9 +30,11 @@ from dl2.live.shared import SharedState
 from dl2.live.shared import StoreAddress
 from dl2.live.shared import parse_store
 from dl2.live.shared import store_from_command
+from dl2.notice import notice
 from dl2.record.emulate import ENV_BUFFER_SIZE
 from dl2.render import get_renderer
 from dl2.render import write_report
+from dl2.report import Verdict
 from dl2.trace.session import RUN_META
 
 USAGE = """\
@@ -176,7 +177,7 @@ class RunCommand:
                 job,
                 options,
                 on_report=lambda r: emit(r, None),
-                notice=_notice,
+                notice=notice,
                 shared=shared,
                 render_json=get_renderer("json").render,
             )
@@ -294,12 +295,8 @@ def _store_address(args: argparse.Namespace, target: list[str]) -> StoreAddress 
     try:
         return store_from_command(target)
     except ValueError as err:
-        _notice(f"{err}: cannot share state with the other nodes; local-only analysis")
+        notice(f"{err}: cannot share state with the other nodes; local-only analysis")
         return None
-
-
-def _notice(message: str) -> None:
-    print(f"dl2: {message}", file=sys.stderr, flush=True)
 
 
 def _stop_on_sigterm() -> Any:

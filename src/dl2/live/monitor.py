@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -37,9 +36,6 @@ from typing import Any
 from dl2.analysis import analyze
 from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.deadlock import suspect_stack
-from dl2.analysis.report import Finding
-from dl2.analysis.report import Report
-from dl2.analysis.report import Verdict
 from dl2.live.launcher import Job
 from dl2.live.launcher import process_alive
 from dl2.live.shared import CONNECT_DEADLINE_S
@@ -49,6 +45,10 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
+from dl2.notice import notice as default_notice
+from dl2.report import Finding
+from dl2.report import Report
+from dl2.report import Verdict
 from dl2.trace.session import ALIVE
 from dl2.trace.session import EXITED
 from dl2.trace.session import FAILED
@@ -66,10 +66,6 @@ CONFIRM_S = 0.05
 FAILED_GRACE_S = 1.0
 #: stack frames printed with a hang suspect
 SUSPECT_STACK_FRAMES = 8
-
-
-def _stderr(message: str) -> None:
-    print(f"dl2: {message}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -180,7 +176,7 @@ class Monitor:
         self.job = job
         self.options = options
         self.on_report = on_report
-        self.notice = notice or _stderr
+        self.notice = notice or default_notice
         self.shared = shared
         self.render_json = render_json
         self.tailer = TraceTailer(run_dir, keep_outbox=shared is not None)

@@ -2,7 +2,7 @@
 
 gloo's ``send`` waits until the peer has posted the matching receive, at every size, and
 ``batch_isend_irecv`` issues its ops one by one.  Other backends differ (see
-:mod:`dl2.analysis.semantics`): NCCL and MPI complete small sends without their receive
+:mod:`dl2.analysis.prediction.semantics`): NCCL and MPI complete small sends without their receive
 (eager sends), and NCCL launches a batch as one unit.  ``dl2 run --buffer-size`` and
 ``dl2 replay`` turn these behaviours on in the recorder, so that a job (or a replay of
 one) runs under the configuration dl2 predicts for:
@@ -23,7 +23,7 @@ one) runs under the configuration dl2 predicts for:
 ``DL2_FUSED_BATCHES=1``
     The ops of one ``batch_isend_irecv`` launch as one unit, once each of them can be
     matched by an op its peer has *posted* (NCCL's group launch as dl2's prediction
-    models it, :attr:`dl2.analysis.semantics.Semantics.fused_batches_atomic`).  Every
+    models it, :attr:`dl2.analysis.prediction.semantics.Semantics.fused_batches_atomic`).  Every
     P2P op counts itself as posted in the job's store; a batch's ops are recorded (with
     ``"deferred": true``) when called, and issued to gloo only when the batch can launch.
     Until then the rank sits in the batch call, which its trace shows as open calls.
@@ -36,11 +36,12 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from dl2.notice import notice
 
 ENV_BUFFER_SIZE = "DL2_BUFFER_SIZE"
 ENV_FUSED_BATCHES = "DL2_FUSED_BATCHES"
@@ -48,13 +49,6 @@ ENV_DRAIN_S = "DL2_EAGER_DRAIN_S"
 
 #: Seconds a rank waits, at exit or destroy_process_group, for its eager messages.
 DEFAULT_DRAIN_S = 120.0
-
-
-def _notice(message: str) -> None:
-    try:
-        print(f"dl2: {message}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 def eager_bytes_from_env(environ: Any = None) -> int:
@@ -69,7 +63,7 @@ def eager_bytes_from_env(environ: Any = None) -> int:
     except ValueError:
         value = -1
     if value < 0:
-        _notice(f"{ENV_BUFFER_SIZE}={text!r} is not a byte count; sends are not emulated")
+        notice(f"{ENV_BUFFER_SIZE}={text!r} is not a byte count; sends are not emulated")
         return -1
     return value
 
@@ -234,7 +228,7 @@ class BatchGate:
                     for item in items
                 )
             except Exception as err:  # the store is gone: launch rather than hang here
-                _notice(f"fused-batch emulation: cannot read the store ({err!r}); launching")
+                notice(f"fused-batch emulation: cannot read the store ({err!r}); launching")
                 ready = True
             if ready:
                 break

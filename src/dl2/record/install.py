@@ -30,6 +30,7 @@ import time
 import warnings
 from typing import Any
 
+from dl2.notice import notice
 from dl2.record import recorder as _recorder_mod
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import compact
@@ -109,7 +110,7 @@ def install(run_dir: str | None = None) -> bool:
     except Exception as err:
         if state is not None:
             _undo(state)
-        _notice(f"recording not installed: {err!r}; the job continues")
+        notice(f"recording not installed: {err!r}; the job continues")
         return False
 
 
@@ -153,13 +154,6 @@ def _undo(state: _Installed) -> None:
         except Exception:
             pass
     state.patches.clear()
-
-
-def _notice(message: str) -> None:
-    try:
-        print(f"dl2: {message}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 # -- the backend ----------------------------------------------------------------------

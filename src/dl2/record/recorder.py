@@ -12,11 +12,11 @@ import collections
 import itertools
 import json
 import os
-import sys
 import threading
 import time
 from typing import Any
 
+from dl2.notice import notice
 from dl2.record.writer import TraceWriter
 
 _now = time.monotonic_ns
@@ -89,7 +89,7 @@ class Recorder:
                 self.watchdog = Watchdog(self)
                 self.watchdog.start()
             except Exception as err:  # the watchdog is optional
-                _warn(f"watchdog not started: {err!r}")
+                notice(f"watchdog not started: {err!r}")
 
     def emulation(self) -> dict[str, Any] | None:
         """The header's ``emulate`` object, or None when gloo runs as is."""
@@ -104,7 +104,7 @@ class Recorder:
             return
         left = eager.drain(timeout)
         if left:
-            _warn(
+            notice(
                 f"{left} eager send(s) not received after {timeout:g} s; "
                 "exiting without delivering them"
             )
@@ -265,13 +265,6 @@ def _json_str(text: str) -> str:
 def compact(value: Any) -> str:
     """``value`` as compact JSON (no spaces), for pasting into a record."""
     return json.dumps(value, separators=(",", ":"))
-
-
-def _warn(message: str) -> None:
-    try:
-        print(f"dl2: {message}", file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
 
 
 RECORDER: Recorder | None = None

@@ -1,4 +1,4 @@
-"""Renderers: turn a :class:`~dl2.analysis.report.Report` into text for people or programs.
+"""Renderers: turn a :class:`~dl2.report.Report` into text for people or programs.
 
 ``RENDERERS`` maps each ``-r`` name to its class; :func:`get_renderer` builds one by name and
 :func:`write_report` writes the output to a file or standard output.

@@ -9,15 +9,15 @@ from pathlib import Path
 from typing import ClassVar
 from typing import TextIO
 
-from dl2.analysis.report import Report
 from dl2.errors import Dl2Error
+from dl2.report import Report
 
 #: The output name that means standard output.
 STDOUT = "-"
 
 
 class Renderer:
-    """Turns a :class:`~dl2.analysis.report.Report` into text. Formatting only.
+    """Turns a :class:`~dl2.report.Report` into text. Formatting only.
 
     A renderer shows what the report says and never recomputes it.  Options are set on
     the instance; per-render state stays local to :meth:`render`, so one instance can

@@ -19,14 +19,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import ClassVar
 
-from dl2.analysis.report import Finding
-from dl2.analysis.report import FindingKind
-from dl2.analysis.report import OpRef
-from dl2.analysis.report import RankState
-from dl2.analysis.report import Report
-from dl2.analysis.report import Verdict
 from dl2.errors import ConfigError
 from dl2.render.base import Renderer
+from dl2.report import Finding
+from dl2.report import FindingKind
+from dl2.report import OpRef
+from dl2.report import RankState
+from dl2.report import Report
+from dl2.report import Verdict
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -21,11 +21,11 @@ from enum import Enum
 from typing import Any
 from typing import ClassVar
 
-from dl2.analysis.report import Finding
-from dl2.analysis.report import OpRef
-from dl2.analysis.report import RankState
-from dl2.analysis.report import Report
 from dl2.render.base import Renderer
+from dl2.report import Finding
+from dl2.report import OpRef
+from dl2.report import RankState
+from dl2.report import Report
 
 FORMAT = "dl2-report"
 

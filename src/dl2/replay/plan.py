@@ -41,7 +41,7 @@ from dl2.model.ops import Timeline
 from dl2.trace.session import Session
 
 if TYPE_CHECKING:  # the worker imports this module: keep the analysis out of its start-up
-    from dl2.analysis.prediction import Witness
+    from dl2.analysis.prediction.search import Witness
 
 __all__ = [
     "PLAN_FORMAT",

@@ -19,7 +19,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from dl2.analysis.report import Report
 from dl2.errors import ConfigError
 from dl2.live.launcher import launch_ranks
 from dl2.live.monitor import Monitor
@@ -28,6 +27,7 @@ from dl2.live.monitor import Outcome
 from dl2.record.emulate import ENV_BUFFER_SIZE
 from dl2.record.emulate import ENV_FUSED_BATCHES
 from dl2.replay.plan import ReplayPlan
+from dl2.report import Report
 
 __all__ = ["PLAN_FILE", "ReplayConfig", "new_run_dir", "run_plan", "worker_script"]
 

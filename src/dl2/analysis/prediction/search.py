@@ -1,12 +1,12 @@
 """Deadlocks the recorded run did not have, but another backend configuration could.
 
 :func:`predict` runs the recorded per-rank op sequences on the abstract machine of
-:mod:`dl2.analysis.machine` under a :class:`~dl2.analysis.semantics.Semantics`, and
-searches the choices the backend may make differently from the recorded run.
+:mod:`.machine` under a :class:`~.semantics.Semantics`, and searches the choices the
+backend may make differently from the recorded run.
 
 The search
     Every forced step (posting, collective and P2P completion, eager sends, batch
-    launches) is applied eagerly (:meth:`~dl2.analysis.machine.State.settle`); the only
+    launches) is applied eagerly (:meth:`~dl2.analysis.prediction.machine.State.settle`); the only
     branching is on *real* choices: which sender a wildcard receive matches.  Eager
     versus blocking sends are not choices: they follow from ``eager_bytes``, which
     :func:`sweep` and each witness's ``threshold`` vary.  Async completion order needs
@@ -59,18 +59,18 @@ from dataclasses import fields
 from typing import Any
 
 from dl2.analysis.describe import op_ref
-from dl2.analysis.machine import SEND
-from dl2.analysis.machine import Machine
-from dl2.analysis.machine import Outcome
-from dl2.analysis.machine import Program
-from dl2.analysis.machine import State
-from dl2.analysis.machine import build_program
-from dl2.analysis.report import OpRef
-from dl2.analysis.semantics import GLOO
-from dl2.analysis.semantics import NCCL
-from dl2.analysis.semantics import Semantics
+from dl2.analysis.prediction.machine import SEND
+from dl2.analysis.prediction.machine import Machine
+from dl2.analysis.prediction.machine import Outcome
+from dl2.analysis.prediction.machine import Program
+from dl2.analysis.prediction.machine import State
+from dl2.analysis.prediction.machine import build_program
+from dl2.analysis.prediction.semantics import GLOO
+from dl2.analysis.prediction.semantics import NCCL
+from dl2.analysis.prediction.semantics import Semantics
 from dl2.errors import ConfigError
 from dl2.model.execution_graph import ExecutionGraph
+from dl2.report import OpRef
 from dl2.trace.session import Session
 
 __all__ = [
@@ -131,7 +131,7 @@ class BlockedOp:
 
     Attributes:
         rank: the rank; ``op_id`` the op's id in its trace.
-        state: why the op cannot complete (see :class:`dl2.analysis.machine.Stuck`).
+        state: why the op cannot complete (see :class:`dl2.analysis.prediction.machine.Stuck`).
         waits_on: ranks that would have to act for it to complete.
         nbytes: bytes of the op's tensor, if known.
         ref: the op as shown in reports.

@@ -34,8 +34,8 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dl2.analysis.semantics import Semantics
-from dl2.analysis.semantics import op_bytes
+from dl2.analysis.prediction.semantics import Semantics
+from dl2.analysis.prediction.semantics import op_bytes
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
 

@@ -49,11 +49,11 @@ from dataclasses import dataclass
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
-from dl2.analysis.report import Finding
-from dl2.analysis.report import FindingKind
-from dl2.analysis.semantics import dtype_itemsize
+from dl2.analysis.prediction.semantics import dtype_itemsize
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
+from dl2.report import Finding
+from dl2.report import FindingKind
 
 __all__ = [
     "FusionWindow",

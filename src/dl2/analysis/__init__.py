@@ -144,6 +144,8 @@ def analyze(
     quiet: Mapping[int, float] | None = None,
     suspect_after: float = 60.0,
     job: Mapping[str, object] | None = None,
+    graph: ExecutionGraph | None = None,
+    wait_for: WaitForGraph | None = None,
 ) -> Report:
     """Analyse a session: match ops, find deadlocks and defects, decide the verdict.
 
@@ -152,9 +154,12 @@ def analyze(
         quiet: seconds since each rank last made progress (from a live monitor); ranks
             others wait on that are quiet for ``suspect_after`` seconds become hang suspects.
         job: facts about the run to carry into the report (command, exit status).
+        graph, wait_for: the session's graphs when the caller built them already (the
+            live monitor does, to find the deadlock set); built here otherwise.
     """
-    graph = build_execution_graph(session)
-    wfg = build_wait_for_graph(session, graph)
+    if graph is None:
+        graph = build_execution_graph(session)
+    wfg = wait_for if wait_for is not None else build_wait_for_graph(session, graph)
     statuses = [wfg.status(r) for r in range(session.world_size)]
     job_ended = bool(statuses) and all(s in (EXITED_STATUS, FAILED_STATUS) for s in statuses)
     context = Context(session, graph, wfg, job_ended, quiet or {}, suspect_after)

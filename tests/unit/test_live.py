@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from dl2.live import faults as faults_mod
 from dl2.live import monitor as monitor_mod
 from dl2.live.monitor import Monitor
 from dl2.live.monitor import MonitorOptions
@@ -283,7 +284,7 @@ def test_truncated_record_is_read_once_complete(tmp_path):
 
 
 def test_a_partial_record_that_stays_turns_live_detection_off(tmp_path, monkeypatch):
-    monkeypatch.setattr(monitor_mod, "PARTIAL_WRITE_S", 0.05)
+    monkeypatch.setattr(faults_mod, "PARTIAL_WRITE_S", 0.05)
     run_dir, _ = send_send(tmp_path)
     path = next(run_dir.glob("rank00000*"))
     with path.open("ab") as handle:
@@ -301,7 +302,7 @@ def test_a_full_trace_directory_degrades_to_post_mortem(tmp_path, monkeypatch):
     class Tiny:
         f_bavail, f_frsize = 10, 4096
 
-    monkeypatch.setattr(monitor_mod.os, "statvfs", lambda path: Tiny())
+    monkeypatch.setattr(faults_mod.os, "statvfs", lambda path: Tiny())
     job, notices = FakeJob(2), []
     monitor = make_monitor(run_dir, job, notices, hang_timeout=0.1)
     # THEN no live verdict and no stop (records may be missing), and it says so
@@ -394,11 +395,11 @@ def test_no_verdict_until_the_other_node_has_read_its_files_again(tmp_path, aliv
     # both nodes connected and mirrored once
     for _ in range(40):
         leader.step()
-        if leader._candidate is not None:
+        if leader.proof.candidate is not None:
             break
         follower.step()
         time.sleep(POLL)
-    assert leader._candidate is not None
+    assert leader.proof.candidate is not None
     # WHEN only the leader polls, the remote member's state is never re-read
     assert steps(leader, 10) is None
     # THEN once the follower pushes again, the proof completes

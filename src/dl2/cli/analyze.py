@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from dl2.analysis import analyze
+from dl2.cli.options import add_json
+from dl2.cli.options import add_run_dir
 from dl2.cli.output import emit
 from dl2.trace.session import load_session
 
@@ -14,8 +16,8 @@ class AnalyzeCommand:
     help = "analyse a recorded run directory and print the diagnosis"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("run_dir", help="a run directory written by `dl2 run`")
-        parser.add_argument("--json", metavar="PATH", help="also write the JSON report here")
+        add_run_dir(parser)
+        add_json(parser)
         parser.add_argument(
             "-r",
             "--renderer",

@@ -1,10 +1,24 @@
-"""Showing a report: the console view on stdout, the JSON file where asked."""
+"""Showing a report: the console view on stdout, the JSON file where asked.
+
+:func:`conclude` and :func:`exit_status` finish the report of a job the live monitor
+followed, the same way for ``dl2 run`` and ``dl2 replay``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dl2.errors import Dl2Error
 from dl2.render import get_renderer
 from dl2.render import write_report
 from dl2.report import Report
+from dl2.report import Verdict
+
+if TYPE_CHECKING:
+    from dl2.live.monitor import Outcome
 
 
 def emit(
@@ -17,3 +31,38 @@ def emit(
     write_report(get_renderer(renderer_name), report, output)
     if json_path:
         write_report(get_renderer("json"), report, json_path)
+
+
+def conclude(
+    outcome: Outcome,
+    report: Report,
+    run_dir: Path,
+    json_path: str | None,
+    stop_notes: Mapping[str, str],
+) -> Report:
+    """Finish, show and save the report of a monitored run; returns it as shown.
+
+    The monitor's notes and ``stop_notes[outcome.reason]`` (why dl2 stopped the job)
+    become warnings; a job that failed or was stopped is never ``ok``.  The report is
+    printed, written to ``json_path`` if given and always to ``run_dir/report.json``.
+    """
+    why = stop_notes.get(outcome.reason)
+    extra = [*outcome.notes, *([why] if why is not None else [])]
+    if extra:
+        report = replace(report, warnings=(*report.warnings, *extra))
+    failed = outcome.job_exit_code != 0 or outcome.reason != "finished"
+    if report.verdict is Verdict.OK and failed:
+        report = replace(report, verdict=Verdict.JOB_FAILED)
+    emit(report, json_path)
+    try:
+        write_report(get_renderer("json"), report, str(run_dir / "report.json"))
+    except Dl2Error:
+        pass  # the run directory went away; the report was printed already
+    return report
+
+
+def exit_status(outcome: Outcome, report: Report) -> int:
+    """dl2's exit status: the report's, or 130 when interrupted short of a deadlock."""
+    if outcome.reason == "interrupted" and report.verdict is not Verdict.DEADLOCK:
+        return 130
+    return report.exit_code

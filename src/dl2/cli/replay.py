@@ -13,28 +13,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from dl2.analysis.prediction.search import Witness
 from dl2.analysis.prediction.search import recorded_semantics
 from dl2.analysis.prediction.search import witness_from_json
 from dl2.analysis.prediction.semantics import format_size
+from dl2.cli.options import add_buffer_size
+from dl2.cli.options import add_json
+from dl2.cli.options import add_monitoring
+from dl2.cli.options import add_run_dir
+from dl2.cli.output import conclude
 from dl2.cli.output import emit
-from dl2.cli.run import _byte_size
-from dl2.cli.run import _positive
+from dl2.cli.output import exit_status
 from dl2.errors import ConfigError
-from dl2.errors import Dl2Error
+from dl2.live.launcher import new_run_dir
 from dl2.live.monitor import MonitorOptions
 from dl2.live.monitor import Outcome
 from dl2.model.execution_graph import build_execution_graph
 from dl2.notice import notice
-from dl2.render import get_renderer
-from dl2.render import write_report
 from dl2.replay.plan import ReplayPlan
 from dl2.replay.plan import build_replay_plan
 from dl2.replay.runner import ReplayConfig
-from dl2.replay.runner import new_run_dir
 from dl2.replay.runner import run_plan
 from dl2.report import Verdict
 from dl2.trace.session import Session
@@ -48,37 +48,27 @@ class ReplayCommand:
     )
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("run_dir", help="a run directory written by `dl2 run`")
-        parser.add_argument(
-            "--buffer-size",
-            type=_byte_size,
-            metavar="BYTES",
-            help=(
-                "emulate eager sends up to BYTES (e.g. 0, 4095, 64KiB); default: the witness's "
-                "buffer, else the recorded run's"
-            ),
+        add_run_dir(parser)
+        add_buffer_size(
+            parser,
+            "emulate eager sends up to BYTES (e.g. 0, 4095, 64KiB); default: the witness's "
+            "buffer, else the recorded run's",
         )
         parser.add_argument(
             "--choices",
             metavar="WITNESS.json",
             help="a witness written by `dl2 predict`: force its wildcard matches and semantics",
         )
-        parser.add_argument("--json", metavar="PATH", help="also write the JSON report here")
-        parser.add_argument(
-            "--hang-timeout",
-            type=_positive,
-            default=60.0,
-            metavar="S",
-            help="stop the replay after S seconds without progress and without proof (default 60)",
+        add_json(parser)
+        add_monitoring(
+            parser,
+            "stop the replay after S seconds without progress and without proof (default 60)",
         )
         parser.add_argument(
             "--run-dir",
             dest="replay_dir",
             metavar="DIR",
             help="where the replay's traces go (default dl2-runs/<time>-replay-<name>)",
-        )
-        parser.add_argument(
-            "--poll-interval", type=_positive, default=0.2, metavar="S", help=argparse.SUPPRESS
         )
 
     def run(self, args: argparse.Namespace) -> int:
@@ -88,10 +78,7 @@ class ReplayCommand:
         config, notes = _config(args.buffer_size, witness, session)
         plan = build_replay_plan(graph, witness)
         label = "replay-" + (Path(args.run_dir).resolve().name or "run")
-        if args.replay_dir:
-            replay_dir = Path(args.replay_dir)
-        else:
-            replay_dir = new_run_dir(Path("dl2-runs"), label)
+        replay_dir = Path(args.replay_dir) if args.replay_dir else new_run_dir(label)
         _print_forced(args.run_dir, replay_dir, plan, config, witness, notes)
         options = MonitorOptions(
             poll_interval=args.poll_interval,
@@ -203,22 +190,12 @@ def _conclude(
             file=sys.stderr,
         )
         return 1
-    notes = {
+    stop_notes = {
         "hang-timeout": f"dl2 stopped the replay: no progress for {args.hang_timeout:g} s",
         "rank-failed": "a replayed rank failed, so dl2 stopped the others",
         "interrupted": "interrupted: dl2 stopped the replay",
     }
-    extra = [*outcome.notes, *([notes[outcome.reason]] if outcome.reason in notes else [])]
-    if extra:
-        report = replace(report, warnings=(*report.warnings, *extra))
-    failed = outcome.job_exit_code != 0 or outcome.reason != "finished"
-    if report.verdict is Verdict.OK and failed:
-        report = replace(report, verdict=Verdict.JOB_FAILED)
-    emit(report, args.json)
-    try:
-        write_report(get_renderer("json"), report, str(replay_dir / "report.json"))
-    except Dl2Error:
-        pass
+    report = conclude(outcome, report, replay_dir, args.json, stop_notes)
     verdict = report.verdict.value
     reproduced = ""
     if witness is not None:
@@ -232,6 +209,4 @@ def _conclude(
         f"traces in {replay_dir}",
         flush=True,
     )
-    if outcome.reason == "interrupted" and report.verdict is not Verdict.DEADLOCK:
-        return 130
-    return report.exit_code
+    return exit_status(outcome, report)

@@ -4,73 +4,43 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
-import time
-from dataclasses import replace
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from dl2.analysis.prediction.semantics import parse_size
+from dl2.cli.options import add_buffer_size
+from dl2.cli.options import add_json
+from dl2.cli.options import add_monitoring
+from dl2.cli.options import positive
+from dl2.cli.output import conclude
 from dl2.cli.output import emit
+from dl2.cli.output import exit_status
 from dl2.errors import ConfigError
 from dl2.errors import Dl2Error
 from dl2.errors import LaunchError
 from dl2.live.launcher import Job
 from dl2.live.launcher import launch_command
 from dl2.live.launcher import launch_ranks
+from dl2.live.launcher import prepare_run_dir
 from dl2.live.monitor import ON_DEADLOCK
 from dl2.live.monitor import Monitor
 from dl2.live.monitor import MonitorOptions
 from dl2.live.monitor import Outcome
-from dl2.live.monitor import pointer_line
-from dl2.live.monitor import report_json_dict
+from dl2.live.multinode import pointer_line
+from dl2.live.multinode import report_json_dict
 from dl2.live.shared import SharedState
 from dl2.live.shared import StoreAddress
 from dl2.live.shared import parse_store
 from dl2.live.shared import store_from_command
+from dl2.live.watch import watch_job
 from dl2.notice import notice
 from dl2.record.emulate import ENV_BUFFER_SIZE
 from dl2.render import get_renderer
-from dl2.render import write_report
-from dl2.report import Verdict
 from dl2.trace.session import RUN_META
 
 USAGE = """\
 dl2 run [options] -n N SCRIPT.py [ARG ...]     start N ranks like torchrun --standalone
 dl2 run [options] -- COMMAND [ARG ...]         run any launcher or script as is"""
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
-def _byte_size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ConfigError as err:
-        raise argparse.ArgumentTypeError(str(err).removeprefix("not a byte size: ")) from None
-
-
-def _new_run_dir(base: Path, label: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for attempt in range(1000):
-        candidate = base / (f"{stamp}-{label}" + (f"-{attempt}" if attempt else ""))
-        try:
-            candidate.mkdir(parents=True)
-            return candidate
-        except FileExistsError:
-            continue
-        except OSError as err:
-            raise ConfigError(f"cannot create run directory {candidate}: {err.strerror}") from None
-    raise ConfigError(f"cannot create a new run directory under {base}")
 
 
 class RunCommand:
@@ -83,21 +53,16 @@ class RunCommand:
         parser.add_argument(
             "--run-dir", metavar="DIR", help="where traces go (default dl2-runs/<time>-<name>)"
         )
-        parser.add_argument("--json", metavar="PATH", help="also write the JSON report here")
-        parser.add_argument(
-            "--hang-timeout",
-            type=_positive,
-            default=60.0,
-            metavar="S",
-            help=(
-                "stop the job after S seconds in which every live rank sat in communication "
-                "with no progress and no deadlock could be proven (default 60); ranks outside "
-                "communication are hang suspects and never stopped"
-            ),
+        add_json(parser)
+        add_monitoring(
+            parser,
+            "stop the job after S seconds in which every live rank sat in communication "
+            "with no progress and no deadlock could be proven (default 60); ranks outside "
+            "communication are hang suspects and never stopped",
         )
         parser.add_argument(
             "--suspect-after",
-            type=_positive,
+            type=positive,
             default=60.0,
             metavar="S",
             help=(
@@ -122,18 +87,11 @@ class RunCommand:
                 "job's c10d TCPStore there (default: torchrun's --rdzv-endpoint when --nnodes > 1)"
             ),
         )
-        parser.add_argument(
-            "--buffer-size",
-            type=_byte_size,
-            metavar="BYTES",
-            help=(
-                "emulate a backend that buffers sends: a send of at most BYTES (e.g. 64KiB) "
-                "returns without waiting for its receive, as NCCL's or MPI's eager sends do "
-                "(default: gloo's, every send waits for its receive)"
-            ),
-        )
-        parser.add_argument(
-            "--poll-interval", type=_positive, default=0.2, metavar="S", help=argparse.SUPPRESS
+        add_buffer_size(
+            parser,
+            "emulate a backend that buffers sends: a send of at most BYTES (e.g. 64KiB) "
+            "returns without waiting for its receive, as NCCL's or MPI's eager sends do "
+            "(default: gloo's, every send waits for its receive)",
         )
         parser.add_argument(
             "target", nargs=argparse.REMAINDER, help="SCRIPT [ARG ...] or -- COMMAND [ARG ...]"
@@ -148,14 +106,7 @@ class RunCommand:
         if args.nproc is not None and not Path(target[0]).is_file():
             raise LaunchError(f"script not found: {target[0]}")
         label = Path(target[0] if args.nproc is not None else target[-1]).stem or "job"
-        run_dir = Path(args.run_dir) if args.run_dir else _new_run_dir(Path("dl2-runs"), label)
-        if args.run_dir:
-            try:
-                run_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as err:
-                raise ConfigError(
-                    f"cannot create run directory {run_dir}: {err.strerror}"
-                ) from None
+        run_dir = prepare_run_dir(args.run_dir, label)
         options = MonitorOptions(
             poll_interval=args.poll_interval,
             hang_timeout=args.hang_timeout,
@@ -163,29 +114,23 @@ class RunCommand:
             on_deadlock=args.on_deadlock,
         )
         address = _store_address(args, target)
+        shared = SharedState(address, str(run_dir.resolve())) if address is not None else None
         env = {} if args.buffer_size is None else {ENV_BUFFER_SIZE: str(args.buffer_size)}
         job = (
             launch_ranks(target[0], target[1:], args.nproc, run_dir, env)
             if args.nproc is not None
             else launch_command(target, run_dir, env)
         )
-        previous = _stop_on_sigterm()
-        try:
-            shared = SharedState(address, str(run_dir.resolve())) if address is not None else None
-            monitor = Monitor(
-                run_dir,
-                job,
-                options,
-                on_report=lambda r: emit(r, None),
-                notice=notice,
-                shared=shared,
-                render_json=get_renderer("json").render,
-            )
-            outcome = monitor.run()
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-            if not job.finished():
-                job.stop()
+        monitor = Monitor(
+            run_dir,
+            job,
+            options,
+            on_report=lambda r: emit(r, None),
+            notice=notice,
+            shared=shared,
+            render_json=get_renderer("json").render,
+        )
+        outcome = watch_job(monitor)
         return self._conclude(outcome, job, run_dir, args, target)
 
     def _conclude(
@@ -207,7 +152,7 @@ class RunCommand:
                 "the job never initialised torch.distributed (no rank wrote a trace); "
                 "is it a torch.distributed program?"
             )
-        notes = {
+        stop_notes = {
             "hang-timeout": (
                 f"dl2 stopped the job: no rank made progress for {args.hang_timeout:g} s, "
                 "every live rank in communication"
@@ -215,21 +160,9 @@ class RunCommand:
             "rank-failed": "a rank failed, so dl2 stopped the others (as torchrun does)",
             "interrupted": "interrupted: dl2 stopped the job",
         }
-        extra = [*outcome.notes, *([notes[outcome.reason]] if outcome.reason in notes else [])]
-        if extra:
-            report = replace(report, warnings=(*report.warnings, *extra))
-        failed = outcome.job_exit_code != 0 or outcome.reason != "finished"
-        if report.verdict is Verdict.OK and failed:
-            report = replace(report, verdict=Verdict.JOB_FAILED)
-        emit(report, args.json)
-        try:
-            write_report(get_renderer("json"), report, str(run_dir / "report.json"))
-        except Dl2Error:
-            pass  # the run directory went away; the report was printed already
+        report = conclude(outcome, report, run_dir, args.json, stop_notes)
         print(f"dl2: traces in {run_dir}  (re-analyse: dl2 analyze {run_dir})", file=sys.stderr)
-        if outcome.reason == "interrupted" and report.verdict is not Verdict.DEADLOCK:
-            return 130
-        return report.exit_code
+        return exit_status(outcome, report)
 
 
 def _write_meta(
@@ -297,12 +230,3 @@ def _store_address(args: argparse.Namespace, target: list[str]) -> StoreAddress 
     except ValueError as err:
         notice(f"{err}: cannot share state with the other nodes; local-only analysis")
         return None
-
-
-def _stop_on_sigterm() -> Any:
-    """Turn SIGTERM into KeyboardInterrupt so the job is stopped and reported."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handler)

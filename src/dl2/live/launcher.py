@@ -6,7 +6,8 @@ bootstrap directory goes first on ``PYTHONPATH``, so every Python process of the
 installs the recorder before user code runs, with no change to the user's code.
 Every process we start gets its own process group, which is how we stop it and its
 children; rank processes a launcher started in sessions of their own are stopped by
-the pid their trace header names.
+the pid their trace header names.  Each run (``dl2 run``, ``dl2 replay``) writes its
+traces into a run directory of its own, ``dl2-runs/<time>-<label>`` by default.
 """
 
 from __future__ import annotations
@@ -23,9 +24,39 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dl2
+from dl2.errors import ConfigError
 from dl2.errors import LaunchError
 
 BOOTSTRAP_DIR = Path(dl2.__file__).parent / "_bootstrap"
+#: where run directories go unless the user names one (under the working directory)
+RUNS_DIR = Path("dl2-runs")
+
+
+def new_run_dir(label: str, base: Path = RUNS_DIR) -> Path:
+    """A fresh ``base/<time>-<label>`` directory (``-1``, ``-2``, ... if taken)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1000):
+        candidate = base / (f"{stamp}-{label}" + (f"-{attempt}" if attempt else ""))
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            continue
+        except OSError as err:
+            raise ConfigError(f"cannot create run directory {candidate}: {err.strerror}") from None
+    raise ConfigError(f"cannot create a new run directory under {base}")
+
+
+def prepare_run_dir(given: str | None, label: str) -> Path:
+    """The directory ``--run-dir`` names (created if missing), else :func:`new_run_dir`."""
+    if not given:
+        return new_run_dir(label)
+    run_dir = Path(given)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"cannot create run directory {run_dir}: {err.strerror}") from None
+    return run_dir
 
 
 def free_port() -> int:

@@ -4,32 +4,29 @@ The one step of replay with side effects.  :func:`run_plan` writes the plan into
 replay's run directory, starts ``W`` ranks of :mod:`dl2.replay.worker` with
 :func:`dl2.live.launcher.launch_ranks` (the recorder injected, as for ``dl2 run``), the
 eager-send and fused-batch emulation of :mod:`dl2.record.emulate` set through the
-environment, and follows them with the live :class:`~dl2.live.monitor.Monitor`, which
-analyses and proves a deadlock exactly as for a recorded job.
+environment, and follows them with the live monitor (:func:`dl2.live.watch.watch_job`,
+as ``dl2 run`` does), which analyses and proves a deadlock exactly as for a recorded job.
 """
 
 from __future__ import annotations
 
 import json
-import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 from dl2.errors import ConfigError
 from dl2.live.launcher import launch_ranks
 from dl2.live.monitor import Monitor
 from dl2.live.monitor import MonitorOptions
 from dl2.live.monitor import Outcome
+from dl2.live.watch import watch_job
 from dl2.record.emulate import ENV_BUFFER_SIZE
 from dl2.record.emulate import ENV_FUSED_BATCHES
 from dl2.replay.plan import ReplayPlan
 from dl2.report import Report
 
-__all__ = ["PLAN_FILE", "ReplayConfig", "new_run_dir", "run_plan", "worker_script"]
+__all__ = ["PLAN_FILE", "ReplayConfig", "run_plan", "worker_script"]
 
 #: The plan's file name inside the replay's run directory.
 PLAN_FILE = "replay-plan.json"
@@ -61,21 +58,6 @@ def worker_script() -> Path:
     return Path(__file__).with_name("worker.py")
 
 
-def new_run_dir(base: Path, label: str) -> Path:
-    """A fresh ``base/<time>-<label>`` directory."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for attempt in range(1000):
-        candidate = base / (f"{stamp}-{label}" + (f"-{attempt}" if attempt else ""))
-        try:
-            candidate.mkdir(parents=True)
-            return candidate
-        except FileExistsError:
-            continue
-        except OSError as err:
-            raise ConfigError(f"cannot create run directory {candidate}: {err.strerror}") from None
-    raise ConfigError(f"cannot create a new run directory under {base}")
-
-
 def run_plan(
     plan: ReplayPlan,
     config: ReplayConfig,
@@ -100,18 +82,4 @@ def run_plan(
     job = launch_ranks(
         str(worker_script()), [str(plan_path.resolve())], plan.world_size, run_dir, config.env()
     )
-    previous = _stop_on_sigterm()
-    try:
-        monitor = Monitor(run_dir, job, options, on_report=on_report, notice=notice)
-        return monitor.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        if not job.finished():
-            job.stop()
-
-
-def _stop_on_sigterm() -> Any:
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, handler)
+    return watch_job(Monitor(run_dir, job, options, on_report=on_report, notice=notice))

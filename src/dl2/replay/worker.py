@@ -122,6 +122,11 @@ class Worker:
             dtype = torch.uint8
         return torch.zeros(op.count if count is None else count, dtype=dtype)
 
+    def p2p_call(self, name: str, asynchronous: bool) -> Callable[..., Any]:
+        """``send``/``recv``, or ``isend``/``irecv`` when ``asynchronous``."""
+        call: Callable[..., Any] = getattr(self.dist, ("i" if asynchronous else "") + name)
+        return call
+
     def redop(self, op: PlanOp) -> Any:
         name = (op.redop or "sum").upper()
         return getattr(self.dist.ReduceOp, name, self.dist.ReduceOp.SUM)
@@ -164,7 +169,7 @@ class Worker:
         dist = self.dist
         p2p = [
             dist.P2POp(
-                dist.isend if op.op == "send" else dist.irecv,
+                self.p2p_call(op.op, asynchronous=True),
                 self.zeros(op),
                 op.peer,
                 self.group(op),
@@ -182,18 +187,10 @@ class Worker:
         group = self.group(op)
         asynchronous = op.is_async
         name = op.op
-        if name == "send":
-            tensor = self.zeros(op)
-            if asynchronous:
-                return dist.isend(tensor, op.peer, group=group, tag=op.tag)
-            dist.send(tensor, op.peer, group=group, tag=op.tag)
-            return None
-        if name == "recv":
-            tensor = self.zeros(op)
-            if asynchronous:
-                return dist.irecv(tensor, op.peer, group=group, tag=op.tag)
-            dist.recv(tensor, op.peer, group=group, tag=op.tag)
-            return None
+        if name in ("send", "recv"):
+            call = self.p2p_call(name, asynchronous)
+            work = call(self.zeros(op), op.peer, group=group, tag=op.tag)
+            return work if asynchronous else None
         if name == "all_reduce":
             return dist.all_reduce(
                 self.zeros(op), op=self.redop(op), group=group, async_op=asynchronous

@@ -1,0 +1,83 @@
+"""Hangs the live monitor cannot prove: the hang timeout's stuck test and hang suspects.
+
+A rank others wait on that is itself outside communication (computing, in I/O, on a
+lock) is a *hang suspect*: reported once, with its stack, after ``suspect_after``
+seconds; it never produces a verdict and never stops the job.  The hang timeout stops
+a job only when every live rank has sat in communication with no progress for that
+long and no deadlock could be proven (a hang dl2 cannot explain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Mapping
+
+from dl2.analysis.deadlock import hang_suspect_findings
+from dl2.analysis.deadlock import suspect_stack
+from dl2.live.proof import Snapshot
+from dl2.model.execution_graph import ExecutionGraph
+from dl2.report import Finding
+from dl2.trace.session import ALIVE
+
+#: stack frames printed with a hang suspect
+SUSPECT_STACK_FRAMES = 8
+
+
+def all_stuck(snapshot: Snapshot, states: Mapping[int, str]) -> bool:
+    """True if every live traced rank is inside a recorded blocking call.
+
+    For the hang timeout every such rank counts as stuck: blocked, spinning, or matched
+    by the model but never returning (gloo may have paired it otherwise, e.g. groups
+    created in different orders).
+    """
+    timelines = snapshot.graph.timelines
+    return all(
+        rank in timelines and timelines[rank].blocked is not None
+        for rank, node in snapshot.wfg.nodes.items()
+        if states.get(rank, ALIVE) == ALIVE and node.status != "no-trace"
+    )
+
+
+class HangSuspects:
+    """Prints each hang suspect once, until it progresses again.
+
+    Args:
+        notice: prints a one-line status message.
+    """
+
+    def __init__(self, notice: Callable[[str], None]) -> None:
+        self.notice = notice
+        self._reported: dict[int, int] = {}  # rank -> its progress count when reported
+
+    def report(
+        self,
+        snapshot: Snapshot,
+        quiet: Mapping[int, float],
+        progress: Mapping[int, int],
+        suspect_after: float,
+    ) -> None:
+        """Print the snapshot's suspects not printed yet (``quiet``: seconds per rank)."""
+        findings = hang_suspect_findings(snapshot.graph, snapshot.wfg, quiet, suspect_after)
+        for finding in findings:
+            rank = finding.ranks[0]
+            if rank in self._reported:
+                continue
+            self._reported[rank] = progress.get(rank, 0)
+            self.notice(suspect_text(finding, snapshot.graph, rank))
+
+    def forget(self, ranks: Iterable[int]) -> None:
+        """Ranks that progressed: suspects again once quiet again."""
+        for rank in ranks:
+            self._reported.pop(rank, None)
+
+
+def suspect_text(finding: Finding, graph: ExecutionGraph, rank: int) -> str:
+    """The hang suspect notice: the finding's message and the rank's innermost frames."""
+    lines = [f"hang suspect (not a deadlock): {finding.message}"]
+    stack = suspect_stack(graph, rank)
+    if stack:
+        lines.append(f"  rank {rank}'s stack, innermost first:")
+        for frame in stack[:SUSPECT_STACK_FRAMES]:
+            lines.append(f"    {frame.file}:{frame.line} in {frame.function}")
+    return "\n".join(lines)

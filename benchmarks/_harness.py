@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
+from typing import IO
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -35,6 +36,8 @@ WORKLOADS_DIR = BENCH / "workloads"
 PYTHON = REPO / ".venv" / "bin" / "python"
 if not PYTHON.exists():  # pragma: no cover - outside the repository's venv
     PYTHON = Path(sys.executable)
+#: the ``dl2`` command of the repository's venv (``make install``)
+DL2 = REPO / ".venv" / "bin" / "dl2"
 
 HEADER = re.compile(r"^#\s*dl2-(case|expect):(.*)$")
 CULPRIT = re.compile(r"#\s*dl2:\s*culprit\b")
@@ -144,6 +147,29 @@ def rank_env(
     return env
 
 
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table: the header, its rule, one line per row of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(lines)
+
+
+def start_logged(
+    command: list[str], out: IO[bytes], env: dict[str, str], cwd: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` in a session of its own (killed with :func:`kill_group`), no
+    stdin, stdout and stderr both to ``out``."""
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
 def kill_group(pid: int) -> None:
     """SIGKILL the process group led by ``pid`` (one we started with a new session)."""
     try:
@@ -237,13 +263,8 @@ def launch(
     start = time.monotonic()
     for rank in range(world):
         with (outdir / f"rank{rank}.log").open("wb") as out:
-            procs[rank] = subprocess.Popen(
-                [str(PYTHON), str(script), *args],
-                env=rank_env(rank, world, port, extra_env),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+            procs[rank] = start_logged(
+                [str(PYTHON), str(script), *args], out, rank_env(rank, world, port, extra_env)
             )
     codes: dict[int, int | None] = dict.fromkeys(procs)
     ended: dict[int, float] = {}

@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks._harness import markdown_table
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
@@ -365,24 +367,41 @@ def summarize(
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "| workload | buffer B | fusion F | can break | manifested | model p | dl2 right "
-        "| verdicts | predicted threshold | run (median s) | prediction (median ms) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+    header = [
+        "workload",
+        "buffer B",
+        "fusion F",
+        "can break",
+        "manifested",
+        "model p",
+        "dl2 right",
+        "verdicts",
+        "predicted threshold",
+        "run (median s)",
+        "prediction (median ms)",
     ]
+    cells = []
     for row in rows:
         n = row["runs"]
         predict = f"{row['predict_s'] * 1000:.0f}" if row["predict_s"] is not None else "-"
         thresholds = ", ".join(f"{t:,}" for t in row["thresholds"]) or "-"
         model = f"{row['model_p']:.2f}" if row["model_p"] is not None else "-"
-        lines.append(
-            f"| {row['workload']} | {_label(row['buffer'])} | {row['count']} | "
-            f"{'yes' if row['can_break'] else 'no'} | "
-            f"{row['manifested']}/{n} ({row['manifested'] / n:.2f}) | "
-            f"{model} | {row['right']}/{n} | {', '.join(row['verdicts'])} | {thresholds} | "
-            f"{row['run_s']:.2f} | {predict} |"
+        cells.append(
+            [
+                f"{row['workload']}",
+                _label(row["buffer"]),
+                f"{row['count']}",
+                "yes" if row["can_break"] else "no",
+                f"{row['manifested']}/{n} ({row['manifested'] / n:.2f})",
+                model,
+                f"{row['right']}/{n}",
+                ", ".join(row["verdicts"]),
+                thresholds,
+                f"{row['run_s']:.2f}",
+                predict,
+            ]
         )
-    return "\n".join(lines)
+    return markdown_table(header, cells)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,10 +35,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-REPO = BENCH.parent
+from benchmarks._harness import BENCH
+from benchmarks._harness import DL2
+from benchmarks._harness import kill_group
+from benchmarks._harness import start_logged
+
 CASES = BENCH / "online_cases"
-DL2 = REPO / ".venv" / "bin" / "dl2"
 
 RUN_TIMEOUT_S = 90
 LATENCY_SEEDS, LATENCY_SEEDS_QUICK = 2, 1
@@ -72,30 +74,15 @@ def dl2_run(args: list[str], run_dir: Path, seed: int, timeout: float = RUN_TIME
     log = run_dir.with_suffix(".log")
     started = time.monotonic()
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [str(DL2), "run", "--run-dir", str(run_dir), *args],
-            env=env,
-            cwd=CASES,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        proc = start_logged([str(DL2), "run", "--run-dir", str(run_dir), *args], out, env, CASES)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             code = -999
         finally:
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             proc.wait()
     return Result(code, log.read_text(errors="replace"), run_dir, time.monotonic() - started)
-
-
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _rank_pids(run_dir: Path) -> list[int]:
@@ -233,14 +220,11 @@ def cost(work: Path, quick: bool) -> dict[str, object]:
     toggles: list[tuple[int, bool]] = []
     job_args = [str(seconds), str(prefix)]
     with log.open("wb") as out:
-        proc = subprocess.Popen(
+        proc = start_logged(
             [str(DL2), "run", "--run-dir", str(run_dir), "-n", "2", "ddp_steps.py", *job_args],
-            env=env,
-            cwd=CASES,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            out,
+            env,
+            CASES,
         )
         running = True
         deadline = time.monotonic() + seconds + RUN_TIMEOUT_S
@@ -261,7 +245,7 @@ def cost(work: Path, quick: bool) -> dict[str, object]:
                 proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             proc.wait()
             _kill_ranks(run_dir)
     on: list[float] = []

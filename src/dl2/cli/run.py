@@ -12,7 +12,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from dl2.analysis.prediction.semantics import parse_size
 from dl2.cli.output import emit
 from dl2.errors import ConfigError
 from dl2.errors import Dl2Error
@@ -36,6 +35,7 @@ from dl2.render import get_renderer
 from dl2.render import write_report
 from dl2.report import Verdict
 from dl2.trace.session import RUN_META
+from dl2.units import parse_size
 
 USAGE = """\
 dl2 run [options] -n N SCRIPT.py [ARG ...]     start N ranks like torchrun --standalone

@@ -275,10 +275,10 @@ def one_run(workload: str, buffer: int, count: int, seed: int, root: Path) -> Ru
 def _predict(run_dir: Path, workload: str) -> tuple[bool, int | None]:
     """What dl2 predicts for a run that completed: (flagged, the exchange's threshold)."""
     from dl2.analysis.prediction.fusion import fusion_witnesses
-    from dl2.analysis.prediction.machine import build_program
+    from dl2.analysis.prediction.program import build_program
     from dl2.analysis.prediction.search import Predictor
-    from dl2.analysis.prediction.search import recorded_semantics
     from dl2.analysis.prediction.semantics import eager
+    from dl2.analysis.prediction.semantics import recorded_semantics
     from dl2.model.execution_graph import build_execution_graph
     from dl2.trace.session import load_session
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from collections.abc import Mapping
 
+from dl2.model.stuck import RankStatus
 from dl2.report import Finding
 from dl2.report import FindingKind
 from dl2.report import OpRef
@@ -80,7 +81,9 @@ def rank_state(
     any_of: bool = False,
 ) -> RankState:
     """Where one rank stands at the end of a trace; by default blocked in nothing."""
-    return RankState(rank=rank, status=status, op=op, waits_on=tuple(waits_on), any_of=any_of)
+    return RankState(
+        rank=rank, status=RankStatus(status), op=op, waits_on=tuple(waits_on), any_of=any_of
+    )
 
 
 _HANGS = (FindingKind.DEADLOCK, FindingKind.ORPHANED_WAIT)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from enum import Enum
 
+from dl2.model.stuck import RankStatus
+
 
 class Verdict(str, Enum):
     """The one-word outcome of a run, with the ``dl2 run`` exit status it maps to."""
@@ -116,13 +118,13 @@ class RankState:
 
     Attributes:
         rank: global rank.
-        status: "blocked", "running", "exited", "failed" or "no-trace".
+        status: where it stands (blocked, spinning, running, exited, failed, no-trace).
         op: the operation it is blocked in, if blocked.
         waits_on: ranks it waits on; ``any_of`` True for a wildcard (OR) wait.
     """
 
     rank: int
-    status: str
+    status: RankStatus
     op: OpRef | None = None
     waits_on: tuple[int, ...] = ()
     any_of: bool = False

@@ -11,13 +11,12 @@ import pytest
 
 from dl2.analysis import analyze
 from dl2.analysis.prediction.search import predict
-from dl2.analysis.prediction.search import recorded_semantics
 from dl2.analysis.prediction.semantics import GLOO
 from dl2.analysis.prediction.semantics import Semantics
+from dl2.analysis.prediction.semantics import recorded_semantics
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.ops import build_timeline
-from dl2.model.wait_for import BLOCKED
-from dl2.model.wait_for import RUNNING
+from dl2.model.stuck import RankStatus
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.record import emulate
 from dl2.report import Verdict
@@ -198,7 +197,7 @@ def test_a_rank_inside_an_eager_send_is_not_blocked() -> None:
     s = session([r0, r1])
     wfg = build_wait_for_graph(s, build_execution_graph(s))
     # THEN rank 0 is about to go on, not blocked, and nothing is deadlocked
-    assert wfg.nodes[0].status == RUNNING
+    assert wfg.nodes[0].status == RankStatus.RUNNING
     assert not wfg.deadlocked
 
 
@@ -233,7 +232,7 @@ def test_an_unlaunched_fused_batch_blocks_its_partners() -> None:
     wfg = build_wait_for_graph(s, graph)
     # THEN rank 0 waits on rank 1 (its second send is unmatched) and rank 1 on rank 0
     # (its receive's partner is not launched): a deadlock
-    assert wfg.nodes[0].status == BLOCKED and wfg.nodes[0].targets == (1,)
+    assert wfg.nodes[0].status == RankStatus.BLOCKED and wfg.nodes[0].targets == (1,)
     assert wfg.nodes[1].targets == (0,)
     assert wfg.deadlocked == {0, 1}
 

@@ -11,22 +11,22 @@ from dl2.analysis.prediction import findings as potential
 from dl2.analysis.prediction.search import Prediction
 from dl2.analysis.prediction.search import predict
 from dl2.analysis.prediction.search import sweep
-from dl2.analysis.prediction.search import witness_from_json
-from dl2.analysis.prediction.search import witness_to_json
 from dl2.analysis.prediction.semantics import GLOO
 from dl2.analysis.prediction.semantics import NCCL
 from dl2.analysis.prediction.semantics import Semantics
 from dl2.analysis.prediction.semantics import eager
-from dl2.analysis.prediction.semantics import format_size
-from dl2.analysis.prediction.semantics import op_bytes
 from dl2.analysis.prediction.semantics import parse_semantics
-from dl2.analysis.prediction.semantics import parse_size
+from dl2.analysis.prediction.witness import witness_from_json
+from dl2.analysis.prediction.witness import witness_to_json
 from dl2.cli import main
 from dl2.errors import ConfigError
+from dl2.model.dtypes import op_bytes
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.report import FindingKind
 from dl2.report import Verdict
+from dl2.units import format_size
+from dl2.units import parse_size
 from trace_builders import RankBuilder
 from trace_builders import ranks
 from trace_builders import session
@@ -456,6 +456,28 @@ def test_running_ranks_release_those_waiting_on_them():
     # THEN no configuration calls it a deadlock yet
     graph = graph_of([r0, r1])
     assert all(not predict(graph, s).deadlock_possible for s in CONFIGURATIONS)
+
+
+def test_a_predicted_deadlock_holds_only_ranks_that_wait_on_nothing_that_can_move():
+    # GIVEN ranks 0 and 1 exchanging send-first (buffered when recorded), rank 0 then
+    # sending to rank 2, whose receive from any rank matched it; rank 3 is still running
+    rs = ranks(4)
+    r0, r1, r2, r3 = rs
+    for r in (r0, r1):
+        r.call("send", 10 + r.rank, peer=1 - r.rank)
+        r.call("recv", 20 + r.rank, peer=1 - r.rank)
+    r0.call("send", 12, peer=2)
+    wildcard = r2.issue("recv", 30, peer=None)
+    r2.wait(wildcard, src=0)
+    r3.add({"k": "state", "t": 5, "pending": [], "where": "python", "stack": []})
+    for r in (r0, r1, r2):
+        r.end()
+    # WHEN gloo's rendezvous sends deadlock ranks 0 and 1
+    (witness,) = predict(graph_of(rs), GLOO).witnesses
+    # THEN rank 2 is not part of it: its wildcard receive may still meet rank 3, which
+    # may yet send (a rank's waits are merged into one set, read as any-of)
+    assert witness.ranks == (0, 1)
+    assert witness.cycle == (0, 1)
 
 
 def test_a_trace_the_model_cannot_replay_predicts_nothing():

@@ -8,9 +8,9 @@ from types import FrameType
 
 import pytest
 
-from dl2.analysis.prediction.search import Choice
-from dl2.analysis.prediction.search import Witness
 from dl2.analysis.prediction.semantics import GLOO
+from dl2.analysis.prediction.witness import Choice
+from dl2.analysis.prediction.witness import Witness
 from dl2.errors import ConfigError
 from dl2.record.stack import USER
 from dl2.record.stack import classify_file

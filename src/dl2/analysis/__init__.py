@@ -25,10 +25,7 @@ from dl2.analysis.prediction.findings import potential_deadlock_findings
 from dl2.analysis.prediction.fusion import fusion_findings
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
-from dl2.model.wait_for import BLOCKED
-from dl2.model.wait_for import EXITED_STATUS
-from dl2.model.wait_for import FAILED_STATUS
-from dl2.model.wait_for import SPINNING
+from dl2.model.stuck import RankStatus
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.report import Finding
@@ -106,7 +103,7 @@ def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Ve
     if any(
         f.kind in (FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING)
         # the ranks that left, not the waiter (the first op's rank)
-        and any(wfg.status(r) == EXITED_STATUS for r in f.ranks if r != f.ops[0].rank)
+        and any(wfg.status(r) is RankStatus.EXITED for r in f.ranks if r != f.ops[0].rank)
         for f in findings
     ):
         return Verdict.DEFECT
@@ -122,7 +119,8 @@ def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Ve
 def _rank_states(wfg: WaitForGraph) -> tuple[RankState, ...]:
     states = []
     for rank, node in sorted(wfg.nodes.items()):
-        if node.status in (BLOCKED, SPINNING) and node.blocked is not None and node.blocked.ops:
+        waiting = node.status in (RankStatus.BLOCKED, RankStatus.SPINNING)
+        if waiting and node.blocked is not None and node.blocked.ops:
             op = node.clauses[0].op if node.clauses else node.blocked.ops[0]
             states.append(
                 RankState(
@@ -161,12 +159,12 @@ def analyze(
         graph = build_execution_graph(session)
     wfg = wait_for if wait_for is not None else build_wait_for_graph(session, graph)
     statuses = [wfg.status(r) for r in range(session.world_size)]
-    job_ended = bool(statuses) and all(s in (EXITED_STATUS, FAILED_STATUS) for s in statuses)
+    job_ended = bool(statuses) and all(s.gone for s in statuses)
     context = Context(session, graph, wfg, job_ended, quiet or {}, suspect_after)
     findings: list[Finding] = []
     for analysis in ANALYSES.values():
         findings.extend(analysis(context))
-    any_failed = FAILED_STATUS in statuses
+    any_failed = RankStatus.FAILED in statuses
     warnings = list(session.warnings) + context.notes
     missing = session.missing_ranks()
     if missing:

@@ -14,9 +14,7 @@ from dl2.model.execution_graph import op_key
 from dl2.model.ops import Frame
 from dl2.model.ops import Op
 from dl2.model.ops import is_installed_file
-from dl2.model.wait_for import EXITED_STATUS
-from dl2.model.wait_for import FAILED_STATUS
-from dl2.model.wait_for import SPINNING
+from dl2.model.stuck import RankStatus
 from dl2.model.wait_for import Clause
 from dl2.model.wait_for import RankNode
 from dl2.model.wait_for import WaitForGraph
@@ -193,11 +191,7 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
             if op.error is None or op.completed:
                 continue
             clause = clause_for(graph, op)
-            gone = [
-                t
-                for t in (clause.targets if clause else ())
-                if wfg.status(t) in (EXITED_STATUS, FAILED_STATUS)
-            ]
+            gone = [t for t in (clause.targets if clause else ()) if wfg.status(t).gone]
             if not gone:
                 continue
             states = ", ".join(f"rank {g} {wfg.status(g)}" for g in gone)
@@ -273,7 +267,7 @@ def hang_suspect_findings(
         for target in node.targets:
             waited_on.setdefault(target, []).append(rank)
     for rank in sorted(waited_on):
-        if wfg.status(rank) != "running" or quiet.get(rank, 0.0) < suspect_after:
+        if wfg.status(rank) is not RankStatus.RUNNING or quiet.get(rank, 0.0) < suspect_after:
             continue
         stack = suspect_stack(graph, rank)
         location = f" at {stack[0].file}:{stack[0].line} (in {stack[0].function})" if stack else ""
@@ -323,7 +317,7 @@ def busy_poll_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
     """
     findings: list[Finding] = []
     for rank, node in sorted(wfg.nodes.items()):
-        if node.status != SPINNING or node.blocked is None:
+        if node.status is not RankStatus.SPINNING or node.blocked is None:
             continue
         polled = list(node.blocked.ops)
         stack = suspect_stack(graph, rank)

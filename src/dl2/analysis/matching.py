@@ -12,8 +12,6 @@ from dl2.analysis.describe import where
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Op
-from dl2.model.wait_for import EXITED_STATUS
-from dl2.model.wait_for import FAILED_STATUS
 from dl2.model.wait_for import WaitForGraph
 from dl2.report import Finding
 from dl2.report import FindingKind
@@ -89,11 +87,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
         for slot in slots:
             if slot.mismatched or not slot.missing:
                 continue
-            gone = [
-                r
-                for r in slot.missing
-                if wfg.status(r) in (EXITED_STATUS, FAILED_STATUS) or job_ended
-            ]
+            gone = [r for r in slot.missing if wfg.status(r).gone or job_ended]
             if not gone:
                 continue
             issued = [slot.ops[r] for r in sorted(slot.ops)]

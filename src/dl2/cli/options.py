@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from dl2.analysis.prediction.semantics import parse_size
 from dl2.errors import ConfigError
+from dl2.units import parse_size
 
 
 def positive(text: str) -> float:

@@ -15,10 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-from dl2.analysis.prediction.search import Witness
-from dl2.analysis.prediction.search import recorded_semantics
-from dl2.analysis.prediction.search import witness_from_json
-from dl2.analysis.prediction.semantics import format_size
+from dl2.analysis.prediction.semantics import recorded_semantics
+from dl2.analysis.prediction.witness import Witness
+from dl2.analysis.prediction.witness import witness_from_json
 from dl2.cli.options import add_buffer_size
 from dl2.cli.options import add_json
 from dl2.cli.options import add_monitoring
@@ -39,6 +38,7 @@ from dl2.replay.runner import run_plan
 from dl2.report import Verdict
 from dl2.trace.session import Session
 from dl2.trace.session import load_session
+from dl2.units import format_size
 
 
 class ReplayCommand:

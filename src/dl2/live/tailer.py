@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dl2.errors import TraceFormatError
+from dl2.model.stuck import stall_kind
 from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
 from dl2.trace.format import parse_header
@@ -23,8 +24,6 @@ from dl2.trace.format import parse_records
 
 # Watchdog reports are not progress: a rank that only writes them is quiet.
 _NOT_PROGRESS = frozenset({"state"})
-# Where a watchdog ``state`` says a rank with pending works is stuck in communication.
-_STALL_WHERE = frozenset({"backward", "comm", "poll"})
 
 
 @dataclass
@@ -89,8 +88,7 @@ class _File:
     def _note(self, record: dict[str, Any]) -> None:
         kind = record.get("k")
         if kind in _NOT_PROGRESS:
-            pending = record.get("pending")
-            self.stall = bool(pending) and record.get("where") in _STALL_WHERE
+            self.stall = stall_kind(record.get("where"), record.get("pending")) is not None
             return
         self.progress += 1
         if kind in ("op", "wait"):

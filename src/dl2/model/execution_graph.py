@@ -2,9 +2,10 @@
 
 Collectives are matched per process group by position: the i-th collective a member
 issues on a group meets the i-th of every other member.  P2P ops are matched per
-(group, sender, receiver, tag) in order (gloo and MPI do not let messages overtake);
-a wildcard receive meets the sender recorded when it completed, or the earliest
-unmatched send to it while it is still pending.
+channel (:func:`dl2.model.program.channel_of`: group, sender, receiver, tag) in order
+(gloo and MPI do not let messages overtake); a wildcard receive meets the sender
+recorded when it completed, or the earliest unmatched send to it while it is still
+pending.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from dl2.model.ops import NO_DATA_OPS
 from dl2.model.ops import SAME_COUNT_OPS
 from dl2.model.ops import Op
 from dl2.model.ops import Timeline
 from dl2.model.ops import build_timeline
+from dl2.model.program import WILD
+from dl2.model.program import Channel
+from dl2.model.program import Mailbox
+from dl2.model.program import channel_of
+from dl2.model.program import mailbox
 from dl2.trace.session import Session
 
 OpKey = tuple[int, int]  # (rank, op id)
@@ -90,7 +97,26 @@ class ExecutionGraph:
         return self.slots[where[0]][where[1]] if where else None
 
     def group_members(self, gid: str) -> tuple[int, ...]:
-        return self.groups.get(gid, tuple(range(self.world_size)))
+        """The members of a group; a group no trace created is taken as the world."""
+        members = self.groups.get(gid)
+        return members if members is not None else self._world_group
+
+    def group_creators(self, gid: str, ranks: tuple[int, ...] | None) -> frozenset[int]:
+        """The ranks whose trace creates the group ``gid`` of these ``ranks``."""
+        return self._creators.get((gid, ranks), frozenset())
+
+    @cached_property
+    def _world_group(self) -> tuple[int, ...]:
+        return tuple(range(self.world_size))
+
+    @cached_property
+    def _creators(self) -> dict[tuple[str, tuple[int, ...] | None], frozenset[int]]:
+        found: dict[tuple[str, tuple[int, ...] | None], set[int]] = defaultdict(set)
+        for rank, timeline in self.timelines.items():
+            for op in timeline.ops:
+                if op.op == "create_group":
+                    found[(op.gid, op.ranks)].add(rank)
+        return {key: frozenset(ranks) for key, ranks in found.items()}
 
 
 def _groups(timelines: Mapping[int, Timeline], world_size: int) -> dict[str, tuple[int, ...]]:
@@ -164,28 +190,29 @@ def _match_collectives(
 
 def _match_p2p(timelines: Mapping[int, Timeline]) -> dict[OpKey, Op]:
     """Pair sends with receives; see the module docstring for the rules."""
-    sends: dict[tuple[str, int, int, int | None], list[Op]] = defaultdict(list)
-    recvs: dict[tuple[str, int, int, int | None], list[Op]] = defaultdict(list)
-    pending_any: dict[tuple[str, int, int | None], list[Op]] = defaultdict(list)
-    for rank, timeline in timelines.items():
+    sends: dict[Channel, list[Op]] = defaultdict(list)
+    recvs: dict[Channel, list[Op]] = defaultdict(list)
+    pending_any: dict[Mailbox, list[Op]] = defaultdict(list)
+    for timeline in timelines.values():
         for op in timeline.ops:
-            if op.op == "send" and op.peer is not None:
-                sends[(op.gid, rank, op.peer, op.tag)].append(op)
-            elif op.op == "recv":
-                source = op.peer if op.peer is not None else op.src
-                if source is not None:
-                    recvs[(op.gid, source, rank, op.tag)].append(op)
-                else:
-                    pending_any[(op.gid, rank, op.tag)].append(op)
+            # a completed wildcard receive is matched as a receive from its recorded sender
+            channel = channel_of(op, op.src)
+            if channel is None:
+                continue
+            if op.op == "send":
+                sends[channel].append(op)
+            elif channel[1] != WILD:
+                recvs[channel].append(op)
+            else:
+                pending_any[mailbox(channel)].append(op)
     partner: dict[OpKey, Op] = {}
-    leftovers: dict[tuple[str, int, int | None], list[Op]] = defaultdict(list)
-    for channel in sorted(set(sends) | set(recvs), key=str):
+    leftovers: dict[Mailbox, list[Op]] = defaultdict(list)
+    for channel in sorted(set(sends) | set(recvs)):
         s_list, r_list = sends.get(channel, []), recvs.get(channel, [])
         for s, r in zip(s_list, r_list, strict=False):
             partner[op_key(s)] = r
             partner[op_key(r)] = s
-        gid, _, dst, tag = channel
-        leftovers[(gid, dst, tag)].extend(s_list[len(r_list) :])
+        leftovers[mailbox(channel)].extend(s_list[len(r_list) :])
     for key, waiting in pending_any.items():
         available = sorted(leftovers.get(key, []), key=lambda op: (op.index, op.rank))
         for r, s in zip(waiting, available, strict=False):

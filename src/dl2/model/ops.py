@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
 
+from dl2.model.stuck import stall_kind
 from dl2.trace.format import RankTrace
 
 #: Collectives whose per-rank input element count must agree across members.
@@ -314,16 +315,14 @@ def _final_block(
             return Blocked(batch, "call")
         if op is not None:
             return Blocked((op,), "call")
-    if (
-        last_state is not None
-        and last_state_pos > last_activity_pos
-        and last_state.get("where") in ("backward", "comm", "poll")
-    ):
-        pending = [
-            by_id[i]
-            for i in last_state.get("pending", [])
-            if isinstance(i, int) and i in by_id and not by_id[i].completed
-        ]
-        if pending:
-            return Blocked(tuple(pending), "poll" if last_state["where"] == "poll" else "stall")
-    return None
+    if last_state is None or last_state_pos <= last_activity_pos:
+        return None
+    how = stall_kind(last_state.get("where"), last_state.get("pending"))
+    if how is None:
+        return None
+    pending = [
+        by_id[i]
+        for i in last_state["pending"]
+        if isinstance(i, int) and i in by_id and not by_id[i].completed
+    ]
+    return Blocked(tuple(pending), how) if pending else None

@@ -3,12 +3,11 @@
 A blocked rank waits on the ranks that have not posted the matching part of the op it
 is stuck in: the missing (or mismatched) members of a collective and the peer of a
 send or receive (AND), any possible sender of a wildcard receive (OR), the members of a
-group being created that have not created it.  The deadlock set is what graph reduction
-leaves: repeatedly release every blocked rank whose waits can all be met by ranks that
-can still make progress; the blocked ranks never released wait only on each other or on
-exited ranks, and nothing can release them.  A rank that will leave its wait by itself
-(a monitored_barrier with a short timeout, a loop polling is_completed()) counts as able
-to make progress: it is never part of a deadlock.
+group being created that have not created it (AND).  The deadlock set is what graph
+reduction (:func:`dl2.model.stuck.deadlock_set`, where the AND/OR rule is stated) leaves
+of the blocked ranks, starting from the ranks that can progress.  A rank that will leave
+its wait by itself (a monitored_barrier with a short timeout, a loop polling
+is_completed()) counts as able to make progress: it is never part of a deadlock.
 """
 
 from __future__ import annotations
@@ -16,29 +15,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import networkx as nx
-
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Blocked
 from dl2.model.ops import Op
+from dl2.model.program import world_ranks
+from dl2.model.stuck import RankStatus
+from dl2.model.stuck import deadlock_set
+from dl2.model.stuck import shortest_cycle
 from dl2.trace.session import EXITED
 from dl2.trace.session import FAILED
 from dl2.trace.session import Session
 
-BLOCKED = "blocked"
-#: polling is_completed() on pending works in a loop: waits like a blocked rank, but
-#: may leave its loop at any time, so it is never part of a deadlock set
-SPINNING = "spinning"
-RUNNING = "running"
-EXITED_STATUS = "exited"
-FAILED_STATUS = "failed"
-NO_TRACE = "no-trace"
-
 
 @dataclass(frozen=True)
 class Clause:
-    """One unmet condition of a blocked rank.
+    """One unmet condition of a blocked rank (a :class:`dl2.model.stuck.Condition`).
 
     Attributes:
         op: the op that cannot complete yet.
@@ -58,7 +50,7 @@ class RankNode:
     """A rank in the wait-for graph: its status and, if blocked, its unmet clauses."""
 
     rank: int
-    status: str
+    status: RankStatus
     blocked: Blocked | None = None
     clauses: tuple[Clause, ...] = ()
 
@@ -81,31 +73,16 @@ class WaitForGraph:
 
     def waits_on_exited(self, rank: int) -> tuple[int, ...]:
         """Targets of a rank that have exited or failed: its orphaned waits."""
-        gone = (EXITED_STATUS, FAILED_STATUS)
-        return tuple(t for t in self.nodes[rank].targets if self.status(t) in gone)
+        return tuple(t for t in self.nodes[rank].targets if self.status(t).gone)
 
-    def status(self, rank: int) -> str:
+    def status(self, rank: int) -> RankStatus:
         node = self.nodes.get(rank)
-        return node.status if node is not None else NO_TRACE
+        return node.status if node is not None else RankStatus.NO_TRACE
 
     def shortest_cycle(self) -> tuple[int, ...]:
-        """The shortest wait cycle inside the deadlock set, starting at its lowest rank."""
-        graph = nx.DiGraph()
-        graph.add_nodes_from(sorted(self.deadlocked))
-        for rank in sorted(self.deadlocked):
-            for target in self.nodes[rank].targets:
-                if target in self.deadlocked:
-                    graph.add_edge(rank, target)
-        best: list[int] | None = None
-        for start in sorted(graph.nodes):
-            for nxt in sorted(graph.successors(start)):
-                if not nx.has_path(graph, nxt, start):
-                    continue
-                path = nx.shortest_path(graph, nxt, start)
-                cycle = [start, *path[:-1]] if nxt != start else [start]
-                if best is None or len(cycle) < len(best):
-                    best = cycle
-        return tuple(best or ())
+        """The shortest wait cycle inside the deadlock set (see
+        :func:`dl2.model.stuck.shortest_cycle`)."""
+        return shortest_cycle({r: self.nodes[r].targets for r in self.deadlocked})
 
 
 def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
@@ -126,13 +103,7 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
         return Clause(op, (op.peer,) if op.peer is not None else (), False, "unmatched")
     if op.kind == "group":
         members = op.ranks or ()
-        created = {
-            r
-            for r, tl in graph.timelines.items()
-            if any(
-                o.op == "create_group" and o.gid == op.gid and o.ranks == op.ranks for o in tl.ops
-            )
-        }
+        created = graph.group_creators(op.gid, op.ranks)
         targets = tuple(r for r in members if r != rank and r not in created)
         return Clause(op, targets, False, "group") if targets else None
     slot = graph.slot_of(op)
@@ -162,57 +133,42 @@ def _bounded(node: RankNode) -> bool:
     )
 
 
-def _status(session: Session, graph: ExecutionGraph, rank: int) -> str:
+def _status(session: Session, graph: ExecutionGraph, rank: int) -> RankStatus:
     state = session.process_state(rank)
     if state == FAILED:
-        return FAILED_STATUS
+        return RankStatus.FAILED
     timeline = graph.timelines.get(rank)
     if state == EXITED or (timeline is not None and timeline.ended is not None):
-        return EXITED_STATUS
+        return RankStatus.EXITED
     if timeline is None:
-        return NO_TRACE
-    return BLOCKED if timeline.blocked is not None else RUNNING
+        return RankStatus.NO_TRACE
+    return RankStatus.BLOCKED if timeline.blocked is not None else RankStatus.RUNNING
+
+
+def _node(session: Session, graph: ExecutionGraph, rank: int) -> RankNode:
+    """A rank's status and, if it waits, its unmet clauses."""
+    status = _status(session, graph, rank)
+    timeline = graph.timelines.get(rank)
+    if status is not RankStatus.BLOCKED or timeline is None or timeline.blocked is None:
+        return RankNode(rank, status)
+    blocked = timeline.blocked
+    clauses = tuple(c for c in (clause_for(graph, op) for op in blocked.ops) if c is not None)
+    if blocked.how == "poll":
+        return RankNode(rank, RankStatus.SPINNING, blocked, clauses)
+    if clauses:
+        return RankNode(rank, RankStatus.BLOCKED, blocked, clauses)
+    return RankNode(rank, RankStatus.RUNNING)  # its op is matched: it is about to complete
 
 
 def build_wait_for_graph(session: Session, graph: ExecutionGraph) -> WaitForGraph:
     """Build the wait-for graph of the final state and reduce it to the deadlock set."""
-    nodes: dict[int, RankNode] = {}
-    for rank in range(max(graph.world_size, max(graph.timelines, default=-1) + 1)):
-        status = _status(session, graph, rank)
-        timeline = graph.timelines.get(rank)
-        if status == BLOCKED and timeline is not None and timeline.blocked is not None:
-            clauses = tuple(
-                c for c in (clause_for(graph, op) for op in timeline.blocked.ops) if c is not None
-            )
-            if timeline.blocked.how == "poll":
-                nodes[rank] = RankNode(rank, SPINNING, timeline.blocked, clauses)
-                continue
-            if clauses:
-                nodes[rank] = RankNode(rank, BLOCKED, timeline.blocked, clauses)
-                continue
-            status = RUNNING  # its op is matched: it is about to complete
-        nodes[rank] = RankNode(rank, status)
-
-    free = {
+    nodes = {
+        rank: _node(session, graph, rank) for rank in world_ranks(graph.world_size, graph.timelines)
+    }
+    free = (
         r
         for r, n in nodes.items()
-        if n.status in (RUNNING, NO_TRACE, SPINNING) or (n.status == BLOCKED and _bounded(n))
-    }
-    changed = True
-    while changed:
-        changed = False
-        for rank, node in nodes.items():
-            if node.status != BLOCKED or rank in free:
-                continue
-            if all(
-                (
-                    any(t in free for t in c.targets)
-                    if c.any_of
-                    else all(t in free for t in c.targets)
-                )
-                for c in node.clauses
-            ):
-                free.add(rank)
-                changed = True
-    deadlocked = frozenset(r for r, n in nodes.items() if n.status == BLOCKED and r not in free)
-    return WaitForGraph(nodes=nodes, deadlocked=deadlocked)
+        if n.status.can_progress or (n.status is RankStatus.BLOCKED and _bounded(n))
+    )
+    waiting = {r: n.clauses for r, n in nodes.items() if n.status is RankStatus.BLOCKED}
+    return WaitForGraph(nodes=nodes, deadlocked=deadlock_set(waiting, free))

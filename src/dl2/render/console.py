@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from typing import ClassVar
 
 from dl2.errors import ConfigError
+from dl2.model.stuck import RankStatus
 from dl2.render.base import Renderer
 from dl2.report import Finding
 from dl2.report import FindingKind
@@ -50,7 +51,12 @@ _VERDICT_STYLE = {
     Verdict.DEFECT: "bold yellow",
     Verdict.JOB_FAILED: "bold magenta",
 }
-_STATUS_STYLE = {"blocked": "red", "failed": "red", "no-trace": "yellow", "running": "green"}
+_STATUS_STYLE = {
+    RankStatus.BLOCKED: "red",
+    RankStatus.FAILED: "red",
+    RankStatus.NO_TRACE: "yellow",
+    RankStatus.RUNNING: "green",
+}
 
 # A (text, style) pair; sequences of them build a styled line without importing rich.
 Segment = tuple[str, str]
@@ -264,14 +270,17 @@ def _op_rows(finding: Finding) -> list[tuple[list[int], OpRef | None]]:
 # -- drawing with rich -------------------------------------------------------------------
 
 
-def _render(report: Report, *, width: int, color: bool) -> str:
+def text_console(
+    buffer: io.StringIO, *, width: int, color: bool = False, soft_wrap: bool = False
+) -> Console:
+    """A rich Console that draws into ``buffer``: ``width`` columns, text printed as is
+    (no markup, emoji or highlighting), ANSI colours only if ``color``."""
     try:
         from rich.console import Console
     except ImportError as err:  # pragma: no cover - rich is a dependency of dl2
         raise ConfigError("the text report needs the 'rich' package: pip install rich") from err
 
-    buffer = io.StringIO()
-    console = Console(
+    return Console(
         file=buffer,
         width=width,
         force_terminal=color,
@@ -283,7 +292,13 @@ def _render(report: Report, *, width: int, color: bool) -> str:
         markup=False,
         emoji=False,
         legacy_windows=False,
+        soft_wrap=soft_wrap,
     )
+
+
+def _render(report: Report, *, width: int, color: bool) -> str:
+    buffer = io.StringIO()
+    console = text_console(buffer, width=width, color=color)
     _draw(console, report)
     # Table cells are padded to their column; trailing blanks only make goldens fragile.
     lines = buffer.getvalue().splitlines()
@@ -364,7 +379,7 @@ def _rank_table(states: Sequence[RankState]) -> RenderableType:
         cells.append(
             [
                 Text(rank_list(ranks), style="bold"),
-                Text(state.status, style=_STATUS_STYLE.get(state.status, "dim")),
+                Text(str(state.status), style=_STATUS_STYLE.get(state.status, "dim")),
                 Text("" if op is None else _call_text(op), style="cyan"),
                 Text("" if op is None else op.detail),
                 Text("" if op is None else op.location, style="dim"),
@@ -382,7 +397,7 @@ def _rank_table(states: Sequence[RankState]) -> RenderableType:
     if len(rows) > MAX_RANK_ROWS:
         rest = [s for _, s in rows[MAX_RANK_ROWS:]]
         n = sum(len(ranks) for ranks, _ in rows[MAX_RANK_ROWS:])
-        blocked = sum(1 for s in rest if s.status == "blocked")
+        blocked = sum(1 for s in rest if s.status == RankStatus.BLOCKED)
         note = f" ({blocked} blocked)" if blocked else ""
         table.add_row(Text(f"... and {_count(n, 'more rank')}{note}", style="dim"))
     return table

@@ -79,7 +79,7 @@ def _finding(finding: Finding) -> dict[str, Any]:
 def _rank_state(state: RankState) -> dict[str, Any]:
     return {
         "rank": state.rank,
-        "status": state.status,
+        "status": str(state.status),
         "op": None if state.op is None else _op(state.op),
         "waits_on": list(state.waits_on),
         "any_of": state.any_of,

@@ -12,10 +12,10 @@ Rules:
   non-members alike, as torch requires), in recorded order, before its first op.
   Group creation itself is not replayed at its recorded position.
 * Ops: in each rank's trace order (ops of several threads are taken in file order).
-  An async op is waited on where the trace has its first ``wait``; one never waited
-  on is not waited on.  Blocking ops block.  Ops that raised in the recorded run are
-  left out (``notes`` says so).  The ops of one ``batch_isend_irecv`` are issued by one
-  ``batch_isend_irecv`` again.
+  An async op is waited on where its first ``wait`` is (:func:`dl2.model.program.
+  wait_position`); one never waited on is not.  Blocking ops block.  Ops that raised in
+  the recorded run are left out (``notes`` says so).  The ops of one
+  ``batch_isend_irecv`` are issued by one ``batch_isend_irecv`` again.
 * Wildcard receives (``recv(src=None)``) are forced: to the witness's choice when one
   is given, else to the sender they matched in the recorded run; one that never
   matched and has no choice stays a wildcard.
@@ -38,10 +38,12 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.ops import Op
 from dl2.model.ops import Timeline
+from dl2.model.program import wait_position
+from dl2.model.program import world_ranks
 from dl2.trace.session import Session
 
 if TYPE_CHECKING:  # the worker imports this module: keep the analysis out of its start-up
-    from dl2.analysis.prediction.search import Witness
+    from dl2.analysis.prediction.witness import Witness
 
 __all__ = [
     "PLAN_FORMAT",
@@ -401,8 +403,8 @@ def _rank_plan(
             )
         index_of[op.index] = len(ops)
         ops.append(_plan_op(op, choices, forced))
-        if op.is_async and op.waited_at is not None:
-            waits.setdefault(max(op.waited_at, op.index + 1), []).append(len(ops) - 1)
+        if op.is_async and (at := wait_position(op)) is not None:
+            waits.setdefault(at, []).append(len(ops) - 1)
     if skipped:
         notes.append(f"rank {timeline.rank}: left out {', '.join(skipped)}")
     steps: list[tuple[str, int]] = []
@@ -484,12 +486,12 @@ def build_replay_plan(
             f"the choices name rank {rank}'s op {op_id}, which is no wildcard receive of "
             "this run: is the witness from another run?"
         )
-    world = max(graph.world_size, max(graph.timelines, default=-1) + 1)
-    missing = [r for r in range(world) if r not in graph.timelines]
+    world = world_ranks(graph.world_size, graph.timelines)
+    missing = [r for r in world if r not in graph.timelines]
     if missing:
         notes.append(f"no trace from rank(s) {', '.join(map(str, missing))}: they issue nothing")
     return ReplayPlan(
-        world_size=world,
+        world_size=len(world),
         groups=groups,
         ranks=ranks,
         default_gid=default_gid,

@@ -14,20 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dl2.analysis.describe import rank_list
-from dl2.analysis.prediction.machine import build_program
+from dl2.analysis.prediction.program import build_program
 from dl2.analysis.prediction.search import Prediction
 from dl2.analysis.prediction.search import Predictor
-from dl2.analysis.prediction.search import Witness
-from dl2.analysis.prediction.search import recorded_semantics
 from dl2.analysis.prediction.semantics import GLOO
 from dl2.analysis.prediction.semantics import NCCL
-from dl2.analysis.prediction.semantics import format_size
+from dl2.analysis.prediction.semantics import recorded_semantics
+from dl2.analysis.prediction.witness import Witness
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.wait_for import WaitForGraph
 from dl2.report import Finding
 from dl2.report import FindingKind
 from dl2.report import OpRef
 from dl2.trace.session import Session
+from dl2.units import format_size
 
 #: Runs with more ops than this are not predicted (a warning says so).
 MAX_OPS = 200_000

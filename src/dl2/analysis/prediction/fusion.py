@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
-from dl2.analysis.prediction.semantics import dtype_itemsize
+from dl2.model.dtypes import dtype_itemsize
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
 from dl2.report import Finding

@@ -3,7 +3,8 @@
 The recorded file order of a rank's ops is its program.  A rank *posts* its ops in that
 order and stops at each point where it waits on an op until the op completes: right after
 a blocking op (``async`` false), and where the trace has the first ``wait`` record on an
-async op (:attr:`dl2.model.ops.Op.waited_at`).  An async op never waited on blocks nothing.
+async op (:func:`dl2.model.program.wait_position`).  An async op never waited on blocks
+nothing.
 
 An op is *active* once posted, except under ``fused_batches_atomic``, where a batch (ops
 of one rank sharing a ``batch`` id) becomes active as one unit once all of its ops have
@@ -16,14 +17,15 @@ Active ops then complete:
 * a send of at most ``eager_bytes`` bytes at once; a larger one when matched;
 * a receive when matched.
 
-Matching follows MPI's non-overtaking rule per (group, sender, receiver, tag): the oldest
-active send of a channel meets the oldest active receive of the receiver that accepts it.
-When that receive is a wildcard (``peer`` None), which sender it meets is a *choice*: the
-machine never makes one by itself; the caller names it (wildcard op -> sender rank).
+Matching follows MPI's non-overtaking rule per channel (group, sender, receiver, tag:
+:func:`dl2.model.program.channel_of`): the oldest active send of a channel meets the
+oldest active receive of the receiver that accepts it.  When that receive is a wildcard
+(``peer`` None), which sender it meets is a *choice*: the machine never makes one by
+itself; the caller names it (wildcard op -> sender rank).
 Every other step is forced, so :meth:`Machine.run` applies them all eagerly until
 nothing moves; the result is the same in whatever order they are applied, because no
 step disables another.  What is left are the open choices and, if there are none, either
-a finished run or a deadlock.
+a finished run or a deadlock (:mod:`.blocking`).
 """
 
 from __future__ import annotations
@@ -34,209 +36,18 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from dl2.analysis.prediction.blocking import Stuck
+from dl2.analysis.prediction.blocking import stuck_ranks
+from dl2.analysis.prediction.program import COLL
+from dl2.analysis.prediction.program import NOOP
+from dl2.analysis.prediction.program import RECV
+from dl2.analysis.prediction.program import SEND
+from dl2.analysis.prediction.program import Program
 from dl2.analysis.prediction.semantics import Semantics
-from dl2.analysis.prediction.semantics import op_bytes
-from dl2.model.execution_graph import ExecutionGraph
-from dl2.model.ops import Op
-
-NOOP, COLL, SEND, RECV = range(4)
-#: The source of a wildcard receive in a channel key.
-WILD = -1
-
-#: How far after a wildcard receive to look for the op that uses its source.
-_PIN_LOOKAHEAD = 16
-
-Channel = tuple[str, int, int, int]  # (group, sender, receiver, tag); sender WILD for any
-RecvKey = tuple[str, int, int]  # (group, receiver, tag)
-
-
-@dataclass(frozen=True)
-class Program:
-    """Every rank's recorded ops, flattened and indexed once per execution graph.
-
-    Ops are numbered ``u`` 0..n-1 in rank order, then program order.
-
-    Attributes:
-        ops: u -> the recorded op.
-        kind: u -> NOOP, COLL, SEND or RECV (ops that raised, new_group, and collectives
-            without a slot are NOOPs: they complete as soon as they start).
-        nbytes: u -> bytes a send carries (count × itemsize), None if unknown.
-        channel: u -> (group, sender, receiver, tag) of a send or receive.
-        position: u -> index of a send among the sends of its channel, of a receive among
-            the receives of its channel (wildcards: among the wildcards of the receiver).
-        slot: u -> collective slot id, or -1.
-        slot_ops: slot id -> its ops; ``slot_need``: how many must be active for it to
-            complete (-1: never, a member with a trace never issued it).
-        slot_missing: slot id -> members that never issued it.
-        batches: the batches, each a tuple of the ops of one rank sharing a batch id.
-        pinned: wildcard receives whose rank's next send or receive names the sender
-            recorded for it: the program most likely uses the matched source
-            (``src = recv(); send(dst=src)``), so another match would change what the
-            rank does next, which the recording cannot tell.  They keep their recorded
-            sender.
-        steps: rank -> its program: (is_wait, u) in order.
-        closed: ranks whose trace ends with a clean ``end`` record (they will do nothing
-            more); every other rank (still running, crashed, or without a trace) might.
-        members: group -> member ranks.
-        world: all ranks of the job.
-    """
-
-    ops: tuple[Op, ...]
-    kind: tuple[int, ...]
-    nbytes: tuple[int | None, ...]
-    channel: tuple[Channel | None, ...]
-    position: tuple[int, ...]
-    slot: tuple[int, ...]
-    slot_ops: tuple[tuple[int, ...], ...]
-    slot_need: tuple[int, ...]
-    slot_missing: tuple[tuple[int, ...], ...]
-    batches: tuple[tuple[int, ...], ...]
-    pinned: Mapping[int, int]
-    steps: Mapping[int, tuple[tuple[bool, int], ...]]
-    closed: frozenset[int]
-    members: Mapping[str, tuple[int, ...]]
-    world: tuple[int, ...]
-
-    def __len__(self) -> int:
-        return len(self.ops)
-
-    def send_sizes(self) -> tuple[int, ...]:
-        """The distinct known byte sizes of sends, ascending."""
-        return tuple(
-            sorted({b for u, b in enumerate(self.nbytes) if self.kind[u] == SEND and b is not None})
-        )
-
-    def wildcards(self) -> tuple[int, ...]:
-        """The wildcard receives."""
-        return tuple(
-            u
-            for u, ch in enumerate(self.channel)
-            if ch is not None and self.kind[u] == RECV and ch[1] == WILD
-        )
-
-
-def build_program(graph: ExecutionGraph) -> Program:
-    """Index a graph's ops for the machine (see :class:`Program`)."""
-    ops: list[Op] = []
-    first: dict[int, int] = {}
-    for rank in sorted(graph.timelines):
-        first[rank] = len(ops)
-        ops.extend(graph.timelines[rank].ops)
-    n = len(ops)
-    kind = [NOOP] * n
-    nbytes: list[int | None] = [None] * n
-    channel: list[Channel | None] = [None] * n
-    position = [0] * n
-    slot = [-1] * n
-    counts: dict[tuple[object, ...], int] = defaultdict(int)
-    slot_ids: dict[tuple[str, int], int] = {}
-    slot_ops: list[list[int]] = []
-    for u, op in enumerate(ops):
-        tag = op.tag or 0
-        if op.error is not None:
-            continue
-        if op.op == "send" and op.peer is not None:
-            kind[u] = SEND
-            ch: Channel = (op.gid, op.rank, op.peer, tag)
-            channel[u] = ch
-            nbytes[u] = op_bytes(op.dtype, op.count)
-            position[u] = counts[("s", *ch)]
-            counts[("s", *ch)] += 1
-        elif op.op == "recv":
-            kind[u] = RECV
-            ch = (op.gid, op.peer if op.peer is not None else WILD, op.rank, tag)
-            channel[u] = ch
-            position[u] = counts[("r", *ch)]
-            counts[("r", *ch)] += 1
-        elif op.kind == "collective":
-            where = graph.collective_slot.get((op.rank, op.id))
-            if where is None:
-                continue
-            if where not in slot_ids:
-                slot_ids[where] = len(slot_ops)
-                slot_ops.append([])
-            kind[u] = COLL
-            slot[u] = slot_ids[where]
-            slot_ops[slot[u]].append(u)
-    slot_need: list[int] = []
-    slot_missing: list[tuple[int, ...]] = []
-    for (gid, index), sid in sorted(slot_ids.items(), key=lambda item: item[1]):
-        missing = graph.slots[gid][index].missing
-        slot_missing.append(tuple(missing))
-        never = any(r in graph.timelines for r in missing)
-        slot_need.append(-1 if never else len(slot_ops[sid]))
-
-    batches: dict[tuple[int, int], list[int]] = defaultdict(list)
-    for u, op in enumerate(ops):
-        if op.batch is not None:
-            batches[(op.rank, op.batch)].append(u)
-
-    pinned: dict[int, int] = {}
-    for u, op in enumerate(ops):
-        if kind[u] != RECV or op.peer is not None or op.src is None:
-            continue
-        later = graph.timelines[op.rank].ops[op.index + 1 : op.index + 1 + _PIN_LOOKAHEAD]
-        following = next((o for o in later if o.kind == "p2p" and o.error is None), None)
-        if following is not None and following.peer == op.src:
-            pinned[u] = op.src
-
-    steps: dict[int, tuple[tuple[bool, int], ...]] = {}
-    for rank, timeline in graph.timelines.items():
-        base = first[rank]
-        waits: dict[int, list[int]] = defaultdict(list)
-        for op in timeline.ops:
-            at = op.waited_at
-            if at is None and not op.is_async:
-                at = op.index + 1
-            if at is not None:
-                waits[max(at, op.index + 1)].append(base + op.index)
-        program: list[tuple[bool, int]] = []
-        for op in timeline.ops:
-            program.extend((True, w) for w in waits.get(op.index, ()))
-            program.append((False, base + op.index))
-        program.extend((True, w) for w in waits.get(len(timeline.ops), ()))
-        steps[rank] = tuple(program)
-
-    groups = {gid: graph.group_members(gid) for gid in graph.groups}
-    for op in ops:
-        groups.setdefault(op.gid, graph.group_members(op.gid))
-    world = tuple(range(max(graph.world_size, max(graph.timelines, default=-1) + 1)))
-    return Program(
-        ops=tuple(ops),
-        kind=tuple(kind),
-        nbytes=tuple(nbytes),
-        channel=tuple(channel),
-        position=tuple(position),
-        slot=tuple(slot),
-        slot_ops=tuple(tuple(s) for s in slot_ops),
-        slot_need=tuple(slot_need),
-        slot_missing=tuple(slot_missing),
-        batches=tuple(tuple(b) for _, b in sorted(batches.items())),
-        pinned=pinned,
-        steps=steps,
-        closed=frozenset(r for r, t in graph.timelines.items() if t.ended is not None),
-        members=groups,
-        world=world,
-    )
-
-
-@dataclass(frozen=True)
-class Stuck:
-    """A rank of a deadlock: the op it waits on, why that op cannot complete, on whom.
-
-    ``state`` is one of "unmatched" (a send or receive nobody can match), "incomplete" (a
-    collective some members never join), "not-launched" (an atomic batch that cannot
-    start: some op of it has no posted partner), "queued" (behind an earlier op that
-    cannot complete, works completing in issue order), "batch" (its own part is done but
-    the rest of its batch is not).
-    """
-
-    rank: int
-    op: int
-    state: str
-    waits_on: tuple[int, ...]
-    note: str = ""
-    queued: int = 0  # later ops of the rank that wait behind it (issue-order completion)
+from dl2.model.program import WILD
+from dl2.model.program import Channel
+from dl2.model.program import Mailbox
+from dl2.model.program import mailbox
 
 
 @dataclass(frozen=True)
@@ -345,9 +156,9 @@ class State:
         self.slot_posted = [0] * len(self.p.slot_ops)
         self.posted_count: dict[tuple[object, ...], int] = defaultdict(int)
         self.sendq: dict[Channel, deque[int]] = defaultdict(deque)
-        self.senders: dict[RecvKey, set[int]] = defaultdict(set)
-        self.recvs: dict[RecvKey, list[int]] = defaultdict(list)
-        self.dirty: set[RecvKey] = set()
+        self.senders: dict[Mailbox, set[int]] = defaultdict(set)
+        self.recvs: dict[Mailbox, list[int]] = defaultdict(list)
+        self.dirty: set[Mailbox] = set()
         self.pending: list[int] = []  # atomic units posted whose launch condition fails
         self.recheck = False
         self.stream: dict[int, deque[int]] = defaultdict(deque)
@@ -395,7 +206,7 @@ class State:
             options=tuple(options),
             matched=tuple(self.log),
             blocked=dict(sorted(self.blocked.items())),
-            stuck=self.stuck(options),
+            stuck=stuck_ranks(self, options),
             unmet=tuple(sorted(w for w in self.choices if not self.ok[w] and self.active[w])),
         )
 
@@ -509,7 +320,7 @@ class State:
                 channel = p.channel[u]
                 assert channel is not None
                 self.sendq[channel].append(u)
-                key = (channel[0], channel[2], channel[3])
+                key = mailbox(channel)
                 self.senders[key].add(channel[1])
                 self.dirty.add(key)
                 if self.m.eager[u]:
@@ -544,12 +355,12 @@ class State:
 
     # -- matching --------------------------------------------------------------------------
 
-    def _recv_key(self, u: int) -> RecvKey:
+    def _recv_key(self, u: int) -> Mailbox:
         channel = self.p.channel[u]
         assert channel is not None
-        return (channel[0], channel[2], channel[3])
+        return mailbox(channel)
 
-    def _acceptor(self, key: RecvKey, sender: int) -> int | None:
+    def _acceptor(self, key: Mailbox, sender: int) -> int | None:
         """The oldest active unmatched receive of ``key`` that accepts ``sender``."""
         source = self.m.source
         for r in self.recvs[key]:
@@ -573,7 +384,7 @@ class State:
                     break
                 self._pair(key, *pair)
 
-    def _pair(self, key: RecvKey, sender: int, r: int) -> None:
+    def _pair(self, key: Mailbox, sender: int, r: int) -> None:
         channel = (key[0], sender, key[1], key[2])
         queue = self.sendq[channel]
         s = queue.popleft()
@@ -596,94 +407,3 @@ class State:
                 if r is not None and r not in self.choices:
                     found.append((r, sender))
         return sorted(found)
-
-    # -- deadlock ----------------------------------------------------------------------------
-
-    def _peers(self, u: int) -> set[int]:
-        """The ranks whose posting or progress the op needs."""
-        p = self.p
-        op = p.ops[u]
-        kind = p.kind[u]
-        if kind == COLL:
-            sid = p.slot[u]
-            waiting = {p.ops[v].rank for v in p.slot_ops[sid] if not self.active[v]}
-            return (waiting | set(p.slot_missing[sid])) - {op.rank}
-        if kind in (SEND, RECV):
-            channel = p.channel[u]
-            assert channel is not None
-            other = channel[2] if kind == SEND else channel[1]
-            if other == WILD:
-                return set(p.members.get(op.gid, p.world)) - {op.rank}
-            return {other}
-        return set()
-
-    def _waits(self, u: int) -> tuple[set[int], str]:
-        p = self.p
-        unit = self.m.unit_of[u]
-        if not self.active[u]:
-            if unit in self.pending:
-                needs = [v for v in self.m.units[unit] if not self.launchable(v)]
-                return set().union(*(self._peers(v) for v in needs)), "not-launched"
-            queue = self.stream.get(p.ops[u].rank)
-            if queue and queue[0] != unit:
-                head = self.m.members_of(queue[0])
-                found: set[int] = set()
-                for v in head:
-                    if not self.ok[v]:
-                        found |= self._waits(v)[0]
-                return found, "queued"
-            return set(), "not-launched"
-        if not self.ok[u]:
-            return self._peers(u), "incomplete" if p.kind[u] == COLL else "unmatched"
-        others: set[int] = set()
-        for v in self.m.members_of(unit):
-            if not self.ok[v]:
-                others |= self._waits(v)[0]
-        return others, "batch"
-
-    def stuck(self, options: list[tuple[int, int]]) -> tuple[Stuck, ...]:
-        """Blocked ranks that nothing can release: each waits only on ranks of the set or
-        on ranks that have ended; ranks that may still act (running, or with an open
-        choice) release those waiting on them."""
-        if not self.blocked:
-            return ()
-        free = {r for r in self.p.world if r not in self.blocked and r not in self.p.closed}
-        movable = {self.p.ops[w].rank for w, _ in options}
-        waits = {rank: self._waits(u) for rank, u in self.blocked.items()}
-        released = movable & set(waits)
-        changed = True
-        while changed:
-            changed = False
-            for rank, (targets, _) in waits.items():
-                if rank not in released and targets & (free | movable | released):
-                    released.add(rank)
-                    changed = True
-        return tuple(
-            Stuck(
-                rank,
-                self.blocked[rank],
-                waits[rank][1],
-                tuple(sorted(waits[rank][0])),
-                self._note(self.blocked[rank], waits[rank][1]),
-                max(0, len(self.stream.get(rank, ())) - 1),
-            )
-            for rank in sorted(waits)
-            if rank not in released
-        )
-
-    def _note(self, u: int, state: str) -> str:
-        """A sentence on why a batch cannot start or finish."""
-        unit = self.m.unit_of[u]
-        if unit not in self.m.units:
-            return ""
-        members = self.m.units[unit]
-        if state == "not-launched":
-            ready = sum(1 for v in members if self.launchable(v))
-            return (
-                f"only {ready} of the {len(members)} ops of its batch have a partner posted, "
-                "and the batch launches as one unit"
-            )
-        if state == "batch":
-            done = sum(1 for v in members if self.ok[v])
-            return f"{len(members) - done} of the {len(members)} ops of its batch cannot complete"
-        return ""

@@ -19,7 +19,7 @@ under another backend or configuration depends on a few facts, each a field of
       between pairs of GPUs", default 4194304).  A send that fits completes on the device
       before its receive is posted; a larger one waits for it.  The model ignores that
       several outstanding sends to one peer share that buffer (see the known gaps in
-      ``prediction.py``).
+      :mod:`.search`).
 
 ``fused_batches_atomic``
     The ops of one ``batch_isend_irecv`` (or coalescing block: records sharing a
@@ -55,23 +55,25 @@ under another backend or configuration depends on a few facts, each a field of
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from dl2.errors import ConfigError
+from dl2.units import format_size
+from dl2.units import parse_size
+
+if TYPE_CHECKING:
+    from dl2.trace.session import Session
 
 __all__ = [
     "GLOO",
     "NCCL",
     "NCCL_BUFFSIZE_DEFAULT",
     "Semantics",
-    "dtype_itemsize",
     "eager",
-    "format_size",
-    "op_bytes",
     "parse_semantics",
-    "parse_size",
+    "recorded_semantics",
 ]
 
 #: NCCL's default NCCL_BUFFSIZE (NCCL documentation, environment variables).
@@ -157,45 +159,6 @@ def eager(eager_bytes: int) -> Semantics:
     return Semantics("eager", eager_bytes=eager_bytes)
 
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kib": 1 << 10,
-    "kb": 1000,
-    "m": 1 << 20,
-    "mib": 1 << 20,
-    "mb": 1000**2,
-    "g": 1 << 30,
-    "gib": 1 << 30,
-    "gb": 1000**3,
-}
-_SIZE = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_size(text: str) -> int:
-    """Bytes from ``"65536"``, ``"64KiB"``, ``"64k"``, ``"4MiB"``, ``"1MB"`` (10**6), ``"1,024"``.
-
-    K, M and G without ``B`` are binary (1024-based), as for NCCL_BUFFSIZE values.
-
-    Raises:
-        ConfigError: not a size.
-    """
-    match = _SIZE.match(text.replace(",", "").replace("_", ""))
-    unit = match.group(2).lower() if match else ""
-    if match is None or unit not in _UNITS:
-        raise ConfigError(f"not a byte size: {text!r} (try 0, 1024, 64KiB or 4MiB)")
-    return int(match.group(1)) * _UNITS[unit]
-
-
-def format_size(n: int) -> str:
-    """``4 MiB``, ``64 KiB``, ``0 bytes``, ``1,048,577 bytes``."""
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n:,} byte" + ("" if n == 1 else "s")
-
-
 def parse_semantics(text: str) -> Semantics:
     """A configuration from a CLI value.
 
@@ -226,59 +189,28 @@ def parse_semantics(text: str) -> Semantics:
     return replace(result, independent_groups=False) if serial else result
 
 
-#: Bytes per element of torch dtypes, by the names the recorder writes (``str(dtype)``
-#: without ``torch.``), aliases included.
-_ITEMSIZE = {
-    "float64": 8,
-    "double": 8,
-    "float32": 4,
-    "float": 4,
-    "float16": 2,
-    "half": 2,
-    "bfloat16": 2,
-    "complex128": 16,
-    "cdouble": 16,
-    "complex64": 8,
-    "cfloat": 8,
-    "complex32": 4,
-    "chalf": 4,
-    "int64": 8,
-    "long": 8,
-    "int32": 4,
-    "int": 4,
-    "int16": 2,
-    "short": 2,
-    "int8": 1,
-    "uint64": 8,
-    "uint32": 4,
-    "uint16": 2,
-    "uint8": 1,
-    "bool": 1,
-    "qint8": 1,
-    "quint8": 1,
-    "qint32": 4,
-    "quint4x2": 1,
-    "quint2x4": 1,
-    "bits8": 1,
-    "bits16": 2,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-    "float8_e4m3fnuz": 1,
-    "float8_e5m2fnuz": 1,
-    "float8_e8m0fnu": 1,
-}
+def recorded_semantics(session: Session) -> Semantics | None:
+    """The configuration a run was recorded under, from its trace headers.
 
-
-def dtype_itemsize(dtype: str | None) -> int | None:
-    """Bytes per element of a recorded dtype name, or None if unknown."""
-    if dtype is None:
+    gloo as is (:data:`GLOO`); gloo with emulated eager sends (``dl2 run --buffer-size``:
+    ``eager(N)``) or also with fused batches (``dl2 replay`` of an NCCL witness: a
+    configuration named "emulated"); None when unknown (another backend, or ranks that
+    disagree).
+    """
+    headers = [t.header for t in session.traces.values()]
+    if not headers or any(h.get("backend") != "gloo" for h in headers):
         return None
-    return _ITEMSIZE.get(dtype.removeprefix("torch."))
-
-
-def op_bytes(dtype: str | None, count: int | None) -> int | None:
-    """count × itemsize; None when either is unknown (such a send is never eager)."""
-    size = dtype_itemsize(dtype)
-    if size is None or count is None:
+    emulations = [h.get("emulate") for h in headers]
+    if any(e != emulations[0] for e in emulations):
         return None
-    return size * count
+    emulate = emulations[0]
+    if not isinstance(emulate, dict):
+        return GLOO
+    try:
+        eager_bytes = max(0, int(emulate.get("eager_bytes") or 0))
+    except (TypeError, ValueError):
+        return None
+    fused = bool(emulate.get("fused_batches"))
+    if fused:
+        return Semantics("emulated", eager_bytes=eager_bytes, fused_batches_atomic=True)
+    return GLOO if eager_bytes == 0 else Semantics("eager", eager_bytes=eager_bytes)

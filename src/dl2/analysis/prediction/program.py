@@ -1,0 +1,193 @@
+"""The recorded programs, indexed once per execution graph for the abstract machine.
+
+Every rank's ops are numbered ``u`` 0..n-1 and sorted out by what the machine does with
+them: collectives by slot, sends and receives by channel and position in it
+(:func:`dl2.model.program.channel_of`), batches, and each rank's program as steps,
+posting its ops in recorded order and waiting where :func:`dl2.model.program.
+wait_position` says it blocks.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dl2.model.dtypes import op_bytes
+from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.ops import Op
+from dl2.model.program import WILD
+from dl2.model.program import Channel
+from dl2.model.program import channel_of
+from dl2.model.program import wait_position
+from dl2.model.program import world_ranks
+
+__all__ = ["COLL", "NOOP", "RECV", "SEND", "Program", "build_program"]
+
+NOOP, COLL, SEND, RECV = range(4)
+
+#: How far after a wildcard receive to look for the op that uses its source.
+_PIN_LOOKAHEAD = 16
+
+
+@dataclass(frozen=True)
+class Program:
+    """Every rank's recorded ops, flattened and indexed once per execution graph.
+
+    Ops are numbered ``u`` 0..n-1 in rank order, then program order.
+
+    Attributes:
+        ops: u -> the recorded op.
+        kind: u -> NOOP, COLL, SEND or RECV (ops that raised, new_group, and collectives
+            without a slot are NOOPs: they complete as soon as they start).
+        nbytes: u -> bytes a send carries (count × itemsize), None if unknown.
+        channel: u -> (group, sender, receiver, tag) of a send or receive.
+        position: u -> index of a send among the sends of its channel, of a receive among
+            the receives of its channel (wildcards: among the wildcards of the receiver).
+        slot: u -> collective slot id, or -1.
+        slot_ops: slot id -> its ops; ``slot_need``: how many must be active for it to
+            complete (-1: never, a member with a trace never issued it).
+        slot_missing: slot id -> members that never issued it.
+        batches: the batches, each a tuple of the ops of one rank sharing a batch id.
+        pinned: wildcard receives whose rank's next send or receive names the sender
+            recorded for it: the program most likely uses the matched source
+            (``src = recv(); send(dst=src)``), so another match would change what the
+            rank does next, which the recording cannot tell.  They keep their recorded
+            sender.
+        steps: rank -> its program: (is_wait, u) in order.
+        closed: ranks whose trace ends with a clean ``end`` record (they will do nothing
+            more); every other rank (still running, crashed, or without a trace) might.
+        members: group -> member ranks.
+        world: all ranks of the job.
+    """
+
+    ops: tuple[Op, ...]
+    kind: tuple[int, ...]
+    nbytes: tuple[int | None, ...]
+    channel: tuple[Channel | None, ...]
+    position: tuple[int, ...]
+    slot: tuple[int, ...]
+    slot_ops: tuple[tuple[int, ...], ...]
+    slot_need: tuple[int, ...]
+    slot_missing: tuple[tuple[int, ...], ...]
+    batches: tuple[tuple[int, ...], ...]
+    pinned: Mapping[int, int]
+    steps: Mapping[int, tuple[tuple[bool, int], ...]]
+    closed: frozenset[int]
+    members: Mapping[str, tuple[int, ...]]
+    world: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def send_sizes(self) -> tuple[int, ...]:
+        """The distinct known byte sizes of sends, ascending."""
+        return tuple(
+            sorted({b for u, b in enumerate(self.nbytes) if self.kind[u] == SEND and b is not None})
+        )
+
+    def wildcards(self) -> tuple[int, ...]:
+        """The wildcard receives."""
+        return tuple(
+            u
+            for u, ch in enumerate(self.channel)
+            if ch is not None and self.kind[u] == RECV and ch[1] == WILD
+        )
+
+
+def build_program(graph: ExecutionGraph) -> Program:
+    """Index a graph's ops for the machine (see :class:`Program`)."""
+    ops: list[Op] = []
+    first: dict[int, int] = {}
+    for rank in sorted(graph.timelines):
+        first[rank] = len(ops)
+        ops.extend(graph.timelines[rank].ops)
+    n = len(ops)
+    kind = [NOOP] * n
+    nbytes: list[int | None] = [None] * n
+    channel: list[Channel | None] = [None] * n
+    position = [0] * n
+    slot = [-1] * n
+    counts: dict[tuple[object, ...], int] = defaultdict(int)
+    slot_ids: dict[tuple[str, int], int] = {}
+    slot_ops: list[list[int]] = []
+    for u, op in enumerate(ops):
+        if op.error is not None:
+            continue
+        ch = channel_of(op)
+        if ch is not None:
+            kind[u] = SEND if op.op == "send" else RECV
+            channel[u] = ch
+            if kind[u] == SEND:
+                nbytes[u] = op_bytes(op.dtype, op.count)
+            position[u] = counts[(kind[u], *ch)]
+            counts[(kind[u], *ch)] += 1
+        elif op.kind == "collective":
+            where = graph.collective_slot.get((op.rank, op.id))
+            if where is None:
+                continue
+            if where not in slot_ids:
+                slot_ids[where] = len(slot_ops)
+                slot_ops.append([])
+            kind[u] = COLL
+            slot[u] = slot_ids[where]
+            slot_ops[slot[u]].append(u)
+    slot_need: list[int] = []
+    slot_missing: list[tuple[int, ...]] = []
+    for (gid, index), sid in sorted(slot_ids.items(), key=lambda item: item[1]):
+        missing = graph.slots[gid][index].missing
+        slot_missing.append(tuple(missing))
+        never = any(r in graph.timelines for r in missing)
+        slot_need.append(-1 if never else len(slot_ops[sid]))
+
+    batches: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for u, op in enumerate(ops):
+        if op.batch is not None:
+            batches[(op.rank, op.batch)].append(u)
+
+    pinned: dict[int, int] = {}
+    for u, op in enumerate(ops):
+        if kind[u] != RECV or op.peer is not None or op.src is None:
+            continue
+        later = graph.timelines[op.rank].ops[op.index + 1 : op.index + 1 + _PIN_LOOKAHEAD]
+        following = next((o for o in later if o.kind == "p2p" and o.error is None), None)
+        if following is not None and following.peer == op.src:
+            pinned[u] = op.src
+
+    steps: dict[int, tuple[tuple[bool, int], ...]] = {}
+    for rank, timeline in graph.timelines.items():
+        base = first[rank]
+        waits: dict[int, list[int]] = defaultdict(list)
+        for op in timeline.ops:
+            at = wait_position(op)
+            if at is not None:
+                waits[at].append(base + op.index)
+        program: list[tuple[bool, int]] = []
+        for op in timeline.ops:
+            program.extend((True, w) for w in waits.get(op.index, ()))
+            program.append((False, base + op.index))
+        program.extend((True, w) for w in waits.get(len(timeline.ops), ()))
+        steps[rank] = tuple(program)
+
+    groups = dict(graph.groups)
+    for op in ops:
+        if op.gid not in groups:
+            groups[op.gid] = graph.group_members(op.gid)
+    world = tuple(world_ranks(graph.world_size, graph.timelines))
+    return Program(
+        ops=tuple(ops),
+        kind=tuple(kind),
+        nbytes=tuple(nbytes),
+        channel=tuple(channel),
+        position=tuple(position),
+        slot=tuple(slot),
+        slot_ops=tuple(tuple(s) for s in slot_ops),
+        slot_need=tuple(slot_need),
+        slot_missing=tuple(slot_missing),
+        batches=tuple(tuple(b) for _, b in sorted(batches.items())),
+        pinned=pinned,
+        steps=steps,
+        closed=frozenset(r for r, t in graph.timelines.items() if t.ended is not None),
+        members=groups,
+        world=world,
+    )

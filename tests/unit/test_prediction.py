@@ -452,7 +452,7 @@ def test_running_ranks_release_those_waiting_on_them():
     # GIVEN rank 0 in a send to rank 1, which is still computing (no end record)
     r0, r1 = ranks(2)
     r0.call("send", 10, peer=1, complete=False)
-    r1.add({"k": "state", "t": 5, "pending": [], "where": "python", "stack": []})
+    r1.state([], "python")
     # THEN no configuration calls it a deadlock yet
     graph = graph_of([r0, r1])
     assert all(not predict(graph, s).deadlock_possible for s in CONFIGURATIONS)

@@ -221,11 +221,12 @@ def report(result: dict[str, Any], trace_dir: Path) -> str:
 def _ops_per_ddp_step(trace_dir: Path, steps: int) -> str:
     try:
         from dl2.trace.format import read_trace_file
+        from dl2.trace.schema.decode import OpRecord
 
         (path,) = sorted(trace_dir.glob("rank00000.*"))
         records = read_trace_file(path).records
         grads = [
-            r for r in records if r["k"] == "op" and r["op"] == "all_reduce" and r["api"] is None
+            r for r in records if isinstance(r, OpRecord) and r.op == "all_reduce" and r.api is None
         ]
         return f"{len(grads) / steps:.0f}"
     except Exception:

@@ -1,27 +1,43 @@
-"""Build rank traces in code, record by record, for analysis unit tests."""
+"""Build rank traces in code, record by record, for analysis unit tests.
+
+Records are written with the recorder's own encoders (:mod:`dl2.trace.schema.encode`)
+and read back by the trace reader, so a built trace is one a rank could have written.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dl2.trace.format import FORMAT_VERSION
-from dl2.trace.format import MAGIC
 from dl2.trace.format import RankTrace
-from dl2.trace.format import encode
+from dl2.trace.format import parse_header
+from dl2.trace.format import parse_records
+from dl2.trace.format import read_trace_file
 from dl2.trace.format import trace_file_name
+from dl2.trace.schema import encode
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 
+#: A stack as tests write it: ``[file, line, function]`` frames, innermost first.
+Frames = Sequence[Sequence[Any]]
+
 
 class RankBuilder:
-    """Appends records of one rank; each op gets the user line ``file:line``."""
+    """Appends records of one rank; each op gets the user line ``file:line``.
+
+    Attributes:
+        records: the encoded record lines so far (a test may drop the last one).
+    """
 
     def __init__(self, rank: int, world: int, file: str = "train.py") -> None:
         self.rank = rank
         self.world = world
         self.file = file
-        self.records: list[dict[str, Any]] = []
+        self.records: list[str] = []
         self._next_id = 0
         self._t = 0
         self._seq: dict[tuple[str, str], int] = {}
@@ -34,45 +50,61 @@ class RankBuilder:
         self._t += 1000
         return self._t
 
-    def add(self, record: dict[str, Any]) -> RankBuilder:
-        self.records.append(record)
-        return self
+    def _stack(self, line: int, function: str, stack: Frames | None) -> str:
+        """``stack`` encoded, or by default the one frame ``file:line`` in ``function``."""
+        frames = [(self.file, line, function)] if stack is None else stack
+        return encode.stack_of((str(f[0]), int(f[1]), str(f[2])) for f in frames)
 
-    def issue(self, op: str, line: int, gid: str = "0", **fields: Any) -> int:
-        """Write an op record and its ret (issued, not waited); return its id."""
+    def issue(
+        self, op: str, line: int, gid: str = "0", returned: bool = True, **fields: Any
+    ) -> int:
+        """Write an op record and its ret (issued, not waited); return its id.
+
+        ``fields`` are the op record's own (peer, root, tag, redop, dtype, count,
+        splits, ranks, timeout, async, batch, eager, deferred, api), plus ``function``
+        or a whole ``stack``.  ``returned=False`` leaves the rank inside the call.
+        """
         op_id = self._id()
         kind = "p2p" if op in ("send", "recv") else op
         seq_key = (gid, kind if kind == "p2p" else "coll")
         seq = self._seq.get(seq_key, 0)
         self._seq[seq_key] = seq + 1
-        record: dict[str, Any] = {
-            "k": "op",
-            "id": op_id,
-            "t": self._time(),
-            "tid": 1,
-            "gid": gid,
-            "seq": seq,
-            "op": op,
-            "api": fields.pop("api", op),
-            "dtype": fields.pop("dtype", None if op in ("barrier", "create_group") else "float32"),
-            "count": fields.pop("count", None if op in ("barrier", "create_group") else 4),
-            "stack": [[self.file, line, fields.pop("function", "main")]],
-        }
-        record.update(fields)
-        self.records.append(record)
-        self.records.append({"k": "ret", "id": op_id, "t": self._time()})
+        api = fields.pop("api", op)
+        stack = self._stack(line, fields.pop("function", "main"), fields.pop("stack", None))
+        is_async = bool(fields.pop("async", False))
+        after = encode.after_fields(
+            fields.pop("batch", None), fields.pop("eager", False), fields.pop("deferred", False)
+        )
+        no_data = op in ("barrier", "create_group")
+        fields.setdefault("dtype", None if no_data else "float32")
+        fields.setdefault("count", None if no_data else 4)
+        own = encode.op_fields(**fields)
+        gid_json, t = encode.json_str(gid), self._time()
+        self.records.append(
+            encode.op_line(op_id, t, 1, gid_json, seq, op, api, own, is_async, stack, after)
+        )
+        if returned:
+            self.ret(op_id)
         return op_id
 
-    def wait(self, op_id: int, complete: bool = True, src: int | None = None) -> RankBuilder:
+    def ret(self, record_id: int, err: str | None = None, src: int | None = None) -> RankBuilder:
+        """The ``ret`` of an op or wait (``err``: it raised)."""
+        self.records.append(encode.ret_line(record_id, self._time(), err, src))
+        return self
+
+    def wait(
+        self,
+        op_id: int,
+        complete: bool = True,
+        src: int | None = None,
+        err: str | None = None,
+    ) -> RankBuilder:
+        """A wait on ``op_id``: returned (``src``: a wildcard's sender; ``err``: it raised)
+        or, with ``complete=False``, still waiting."""
         wait_id = self._id()
-        self.records.append(
-            {"k": "wait", "id": wait_id, "t": self._time(), "work": op_id, "tid": 1}
-        )
+        self.records.append(encode.wait_line(wait_id, self._time(), 1, op_id, encode.EMPTY_STACK))
         if complete:
-            ret: dict[str, Any] = {"k": "ret", "id": wait_id, "t": self._time()}
-            if src is not None:
-                ret["src"] = src
-            self.records.append(ret)
+            self.ret(wait_id, err, src)
         return self
 
     def call(self, op: str, line: int, gid: str = "0", complete: bool = True, **fields: Any) -> int:
@@ -113,40 +145,77 @@ class RankBuilder:
     def create_group(self, gid: str, ranks: list[int], line: int = 1, complete: bool = True) -> int:
         op_id = self._id()
         self.records.append(
-            {
-                "k": "op",
-                "id": op_id,
-                "t": self._time(),
-                "tid": 1,
-                "gid": gid,
-                "seq": None,
-                "op": "create_group",
-                "api": "new_group",
-                "ranks": ranks,
-                "stack": [[self.file, line, "main"]],
-            }
+            encode.op_line(
+                op_id,
+                self._time(),
+                1,
+                encode.json_str(gid),
+                None,
+                "create_group",
+                "new_group",
+                encode.ranks_field(ranks),
+                False,
+                self._stack(line, "main", None),
+            )
         )
         if complete:
-            self.records.append({"k": "ret", "id": op_id, "t": self._time()})
+            self.ret(op_id)
         return op_id
 
-    def end(self, how: str = "exit") -> RankBuilder:
-        return self.add({"k": "end", "t": self._time(), "how": how})
+    def newgroup(
+        self,
+        ranks: list[int] | None,
+        gid: str | None,
+        line: int = 1,
+        stack: Frames | None = None,
+    ) -> RankBuilder:
+        """A ``newgroup`` record: this rank called new_group (``gid`` None: not a member)."""
+        self.records.append(
+            encode.newgroup_line(
+                self._id(), self._time(), ranks, gid, self._stack(line, "main", stack)
+            )
+        )
+        return self
 
-    def trace(self) -> RankTrace:
-        header = {
-            "k": "header",
-            "magic": MAGIC,
-            "format": FORMAT_VERSION,
-            "dl2": "test",
+    def nonmember(self, api: str, line: int, stack: Frames | None = None) -> RankBuilder:
+        """A ``nonmember`` record: ``api`` called on a group the rank is not in."""
+        self.records.append(
+            encode.nonmember_line(self._time(), api, self._stack(line, "main", stack))
+        )
+        return self
+
+    def state(self, pending: list[int], where: str, stack: Frames = ()) -> RankBuilder:
+        """A watchdog ``state`` record."""
+        self.records.append(
+            encode.state_line(self._time(), pending, where, self._stack(0, "", stack))
+        )
+        return self
+
+    def end(self, how: str = "exit") -> RankBuilder:
+        self.records.append(encode.end_line(self._time(), how))
+        return self
+
+    def header(self, **fields: Any) -> str:
+        """The header line; ``fields`` add or replace header fields (backend, emulate)."""
+        values: dict[str, Any] = {
             "rank": self.rank,
             "world_size": self.world,
             "pid": 1000 + self.rank,
             "host": "test",
             "t0": 0,
             "wall": 0,
+            "dl2": "test",
         }
-        return RankTrace(path=f"rank{self.rank}", header=header, records=tuple(self.records))
+        values.update(fields)
+        return encode.header_line(**values)
+
+    def trace(self, **header: Any) -> RankTrace:
+        """The records so far, read back as a rank's trace (``header``: see :meth:`header`)."""
+        path = f"rank{self.rank}"
+        records, truncated, _ = parse_records("".join(self.records).encode(), path, 2)
+        assert truncated is None, truncated
+        first = parse_header(self.header(**header).rstrip("\n").encode(), path)
+        return RankTrace(path=path, header=first, records=tuple(records))
 
 
 def ranks(world: int, file: str = "train.py") -> list[RankBuilder]:
@@ -163,8 +232,35 @@ def write_run_dir(builders: list[RankBuilder], directory: Path) -> Path:
     """Write each builder's trace as a rank's trace file in ``directory``; return it."""
     directory.mkdir(parents=True, exist_ok=True)
     for builder in builders:
-        trace = builder.trace()
-        lines = [encode(trace.header), *(encode(r) for r in trace.records)]
-        path = directory / trace_file_name(builder.rank, int(trace.header["pid"]))
-        path.write_bytes(b"".join(lines))
+        path = directory / trace_file_name(builder.rank, 1000 + builder.rank)
+        path.write_text(builder.header() + "".join(builder.records))
     return directory
+
+
+@dataclass(frozen=True)
+class RawTrace:
+    """A trace file's lines as the recorder wrote them, as JSON objects.
+
+    Attributes:
+        header: line 1.
+        records: every complete record line after it.
+        truncated: the reader's note on a partial last line, or None.
+    """
+
+    path: str
+    header: dict[str, Any]
+    records: tuple[dict[str, Any], ...]
+    truncated: str | None
+
+    @property
+    def rank(self) -> int:
+        return int(self.header["rank"])
+
+
+def read_raw_trace(path: str | os.PathLike[str]) -> RawTrace:
+    """A trace file's records as written (for tests of what the recorder writes), once
+    the typed reader has accepted every one of them."""
+    typed = read_trace_file(path)
+    lines = Path(path).read_bytes().split(b"\n")
+    records = tuple(json.loads(line) for line in lines[1 : 1 + len(typed.records)])
+    return RawTrace(str(path), json.loads(lines[0]), records, typed.truncated)

@@ -2,7 +2,8 @@
 
 Each job runs a script from ``record_cases/`` with ``DL2_RUN_DIR`` set and the bootstrap
 on ``PYTHONPATH``, exactly as ``dl2 run`` launches one, then reads the trace files back
-with :func:`dl2.trace.format.read_trace_file`.  Launches are shared between tests
+with :func:`dl2.trace.format.read_trace_file` and checks the records as written
+(:func:`trace_builders.read_raw_trace`).  Launches are shared between tests
 (module-scoped fixtures); every process has a hard timeout and is killed by its own
 process group.
 """
@@ -23,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from dl2.trace.format import RankTrace
-from dl2.trace.format import read_trace_file
+from trace_builders import RawTrace
+from trace_builders import read_raw_trace
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -119,8 +120,8 @@ def launch_env_job(script: Path, run_dir: Path | None, out_dir: Path, n: int = 2
     return procs
 
 
-def traces(run_dir: Path) -> dict[int, RankTrace]:
-    found = [read_trace_file(p) for p in sorted(run_dir.glob("*.dl2.jsonl"))]
+def traces(run_dir: Path) -> dict[int, RawTrace]:
+    found = [read_raw_trace(p) for p in sorted(run_dir.glob("*.dl2.jsonl"))]
     return {t.rank: t for t in found}
 
 
@@ -134,7 +135,7 @@ def marks(script: Path) -> dict[str, int]:
     }
 
 
-def ops(trace: RankTrace, **match: Any) -> list[dict[str, Any]]:
+def ops(trace: RawTrace, **match: Any) -> list[dict[str, Any]]:
     return [
         r
         for r in trace.records
@@ -142,15 +143,15 @@ def ops(trace: RankTrace, **match: Any) -> list[dict[str, Any]]:
     ]
 
 
-def by_id(trace: RankTrace, kind: str) -> dict[int, dict[str, Any]]:
+def by_id(trace: RawTrace, kind: str) -> dict[int, dict[str, Any]]:
     return {r["id"]: r for r in trace.records if r["k"] == kind}
 
 
-def waits_of(trace: RankTrace, op_id: int) -> list[dict[str, Any]]:
+def waits_of(trace: RawTrace, op_id: int) -> list[dict[str, Any]]:
     return [r for r in trace.records if r["k"] == "wait" and r["work"] == op_id]
 
 
-def ret_of(trace: RankTrace, record_id: int) -> dict[str, Any]:
+def ret_of(trace: RawTrace, record_id: int) -> dict[str, Any]:
     found = [r for r in trace.records if r["k"] == "ret" and r["id"] == record_id]
     assert len(found) == 1, f"expected one ret for {record_id}, got {found}"
     return found[0]
@@ -166,7 +167,7 @@ HANG = CASES / "case_hang.py"
 
 @dataclass
 class EverythingRun:
-    traces: dict[int, RankTrace]
+    traces: dict[int, RawTrace]
     results: dict[int, Any]
     plain_results: dict[int, Any]
     marks: dict[str, int]
@@ -271,7 +272,7 @@ def test_default_group_creation(everything: EverythingRun) -> None:
 
 
 def test_collective_sequences_agree_across_ranks(everything: EverythingRun) -> None:
-    def signature(trace: RankTrace) -> list[tuple[Any, ...]]:
+    def signature(trace: RawTrace) -> list[tuple[Any, ...]]:
         return [
             tuple(r.get(key) for key in ("seq", "op", "api", "dtype", "count", "root", "redop"))
             for r in ops(trace, gid="0")
@@ -543,7 +544,7 @@ def test_unwritable_run_dir_job_continues_with_one_line_notice(jobs: Jobs) -> No
 
 
 @pytest.fixture(scope="module")
-def killed(jobs: Jobs) -> dict[int, RankTrace]:
+def killed(jobs: Jobs) -> dict[int, RawTrace]:
     run_dir = jobs.base / "hang-run"
     procs = jobs.hang
     try:
@@ -563,14 +564,14 @@ def killed(jobs: Jobs) -> dict[int, RankTrace]:
     return traces(run_dir)
 
 
-def test_killed_ranks_leave_readable_files(killed: dict[int, RankTrace]) -> None:
+def test_killed_ranks_leave_readable_files(killed: dict[int, RawTrace]) -> None:
     assert sorted(killed) == [0, 1]
     for trace in killed.values():
         assert trace.truncated is None
         assert not [r for r in trace.records if r["k"] == "end"]
 
 
-def test_blocked_ranks_show_their_wait_and_watchdog_state(killed: dict[int, RankTrace]) -> None:
+def test_blocked_ranks_show_their_wait_and_watchdog_state(killed: dict[int, RawTrace]) -> None:
     lines = marks(HANG)
     t0, t1 = killed[0], killed[1]
     (irecv,) = ops(t0, op="recv", peer=1)

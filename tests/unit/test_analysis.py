@@ -166,8 +166,7 @@ def test_op_failed_because_peer_exited_is_an_orphan_defect():
     # GIVEN rank 0's all_reduce raised once rank 1 had exited without issuing it
     r0, r1 = ranks(2)
     op_id = r0.issue("all_reduce", 25)
-    r0.add({"k": "wait", "id": 50, "t": 9, "work": op_id, "tid": 1})
-    r0.add({"k": "ret", "id": 50, "t": 10, "err": "Connection closed by peer"})
+    r0.wait(op_id, err="Connection closed by peer")
     report = analyze(session([r0, r1.end()], states={0: FAILED, 1: EXITED}))
     assert report.verdict is Verdict.DEFECT
     orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
@@ -210,16 +209,7 @@ def test_crossed_groups_deadlock():
 
 def test_new_group_by_a_subset_blocks_in_creation():
     r0, r1 = ranks(2)
-    r0.add(
-        {
-            "k": "newgroup",
-            "id": 90,
-            "t": 1,
-            "ranks": [0, 1],
-            "gid": "1",
-            "stack": [["t.py", 5, "m"]],
-        }
-    )
+    r0.newgroup([0, 1], "1", stack=[["t.py", 5, "m"]])
     r0.create_group("1", [0, 1], line=5, complete=False)
     r1.call("barrier", 9, complete=False)
     report = analyze(session([r0, r1]))
@@ -230,10 +220,24 @@ def test_new_group_by_a_subset_blocks_in_creation():
 
 def test_nonmember_call_is_a_defect():
     r0, r1 = ranks(2)
-    r0.add({"k": "nonmember", "t": 5, "api": "all_reduce", "stack": [["t.py", 7, "main"]]})
+    r0.nonmember("all_reduce", 7, stack=[["t.py", 7, "main"]])
     report = analyze(session([r0.end(), r1.end()]))
     assert report.verdict is Verdict.DEFECT
     assert report.findings[0].ops[0].line == 7
+
+
+def test_calls_that_are_no_op_name_the_scripts_line_as_ops_do():
+    # GIVEN a non-member call and a new_group skipped by a member, each made inside an
+    # installed library called from the script
+    lib = "/venv/lib/python3.11/site-packages/accelerate/state.py"
+    r0, r1 = ranks(2)
+    r0.nonmember("all_reduce", 0, stack=[[lib, 80, "reduce"], ["train.py", 7, "main"]])
+    r0.newgroup([0, 1], "1", stack=[[lib, 90, "group"], ["train.py", 5, "main"]])
+    report = analyze(session([r0.end(), r1.end()]))
+    # THEN both name the script's line, not the library's (the rule of Op.frame)
+    lines = {f.kind: [(o.file, o.line) for o in f.ops] for f in report.findings}
+    assert lines[FindingKind.NONMEMBER_CALL] == [("train.py", 7)]
+    assert lines[FindingKind.GROUP_MISMATCH] == [("train.py", 5)]
 
 
 def test_unmatched_isend_in_a_finished_job_is_a_defect():
@@ -250,7 +254,7 @@ def test_ddp_stall_in_backward_waits_on_exited_rank():
     r0.call("all_reduce", 3)
     r1.call("all_reduce", 3)
     op_id = r0.issue("all_reduce", 40, api=None, **{"async": True})
-    r0.add({"k": "state", "t": 10**9, "pending": [op_id], "where": "backward", "stack": []})
+    r0.state([op_id], "backward")
     report = analyze(session([r0, r1.end()], states={1: EXITED}))
     assert report.verdict is Verdict.DEFECT
     orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
@@ -261,7 +265,7 @@ def test_pending_async_op_while_computing_is_not_blocked():
     # GIVEN rank 0 has a pending isend but its main thread runs Python code
     r0, r1 = ranks(2)
     op_id = r0.issue("send", 10, peer=1, **{"async": True})
-    r0.add({"k": "state", "t": 10**9, "pending": [op_id], "where": "python", "stack": []})
+    r0.state([op_id], "python")
     r1.call("send", 20, peer=0, complete=False)
     assert analyze(session([r0, r1])).verdict is Verdict.OK
 
@@ -269,7 +273,7 @@ def test_pending_async_op_while_computing_is_not_blocked():
 def test_hang_suspect_reported_not_deadlock():
     r0, r1 = ranks(2)
     r0.call("all_reduce", 10, complete=False)
-    r1.add({"k": "state", "t": 5, "pending": [], "where": "python", "stack": [["t.py", 33, "f"]]})
+    r1.state([], "python", stack=[["t.py", 33, "f"]])
     report = analyze(session([r0, r1]), quiet={1: 120.0}, suspect_after=60)
     assert report.verdict is Verdict.OK
     assert kinds(report) == [FindingKind.HANG_SUSPECT]
@@ -315,15 +319,7 @@ def _poll_job(where: str):
     rank 1 went on to a barrier."""
     r0, r1 = ranks(2)
     recv = r0.irecv(10, peer=1)
-    r0.add(
-        {
-            "k": "state",
-            "t": 10**9,
-            "pending": [recv],
-            "where": where,
-            "stack": [["train.py", 12, "main"]],
-        }
-    )
+    r0.state([recv], where, stack=[["train.py", 12, "main"]])
     r1.call("send", 20, peer=0)
     r1.call("barrier", 21, complete=False)
     return r0, r1

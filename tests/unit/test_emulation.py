@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -29,11 +28,7 @@ from trace_builders import session
 
 def with_headers(builders: list[RankBuilder], **fields: Any) -> Session:
     """A session whose rank headers carry ``fields`` (backend, emulate)."""
-    traces = []
-    for builder in builders:
-        trace = builder.trace()
-        traces.append(replace(trace, header={**trace.header, **fields}))
-    return build_session(traces, {})
+    return build_session([builder.trace(**fields) for builder in builders], {})
 
 
 def eager_exchange(nbytes: int) -> list[RankBuilder]:
@@ -176,23 +171,8 @@ def test_an_eager_send_completes_when_issued() -> None:
 def test_a_rank_inside_an_eager_send_is_not_blocked() -> None:
     # GIVEN rank 0's trace ends inside an eager send (op record, no ret yet)
     r0, r1 = ranks(2)
-    r0.add(
-        {
-            "k": "op",
-            "id": 1,
-            "t": 1,
-            "gid": "0",
-            "seq": 0,
-            "op": "send",
-            "peer": 1,
-            "tag": 0,
-            "dtype": "uint8",
-            "count": 8,
-            "async": False,
-            "eager": True,
-            "stack": [],
-        }
-    )
+    eager_send = {"peer": 1, "tag": 0, "dtype": "uint8", "count": 8, "eager": True}
+    r0.issue("send", 1, api=None, stack=[], returned=False, **eager_send)
     r1.call("recv", 20, peer=0, complete=False, count=8, dtype="uint8")
     s = session([r0, r1])
     wfg = build_wait_for_graph(s, build_execution_graph(s))
@@ -205,25 +185,9 @@ def test_an_unlaunched_fused_batch_blocks_its_partners() -> None:
     # GIVEN rank 0 sits in a fused batch of two sends (recorded, not issued): rank 1 posted
     # one receive only, and waits on it
     r0, r1 = ranks(2)
-    for op_id in (1, 2):
-        r0.add(
-            {
-                "k": "op",
-                "id": op_id,
-                "t": op_id,
-                "gid": "0",
-                "seq": op_id - 1,
-                "op": "send",
-                "peer": 1,
-                "tag": 0,
-                "dtype": "float32",
-                "count": 8,
-                "async": True,
-                "batch": 1,
-                "deferred": True,
-                "stack": [["train.py", 5, "main"]],
-            }
-        )
+    for _ in (1, 2):
+        fields = {"peer": 1, "tag": 0, "count": 8, "async": True, "batch": 1, "deferred": True}
+        r0.issue("send", 5, api=None, returned=False, **fields)
     recv = r1.irecv(20, peer=0, count=8, api="batch_isend_irecv", batch=1)
     r1.wait(recv, complete=False)
     s = session([r0, r1])
@@ -240,13 +204,9 @@ def test_an_unlaunched_fused_batch_blocks_its_partners() -> None:
 def test_recorded_semantics_from_the_headers() -> None:
     builders = eager_exchange(64)
     assert recorded_semantics(with_headers(builders, backend="gloo")) == GLOO
-    emulated = with_headers(
-        builders, backend="gloo", emulate={"eager_bytes": 64, "fused_batches": False}
-    )
+    emulated = with_headers(builders, backend="gloo", emulate=(64, False))
     assert recorded_semantics(emulated) == Semantics("eager", eager_bytes=64)
-    fused = with_headers(
-        builders, backend="gloo", emulate={"eager_bytes": 0, "fused_batches": True}
-    )
+    fused = with_headers(builders, backend="gloo", emulate=(0, True))
     semantics = recorded_semantics(fused)
     assert semantics is not None and semantics.fused_batches_atomic
     assert recorded_semantics(with_headers(builders, backend="nccl")) is None
@@ -254,9 +214,7 @@ def test_recorded_semantics_from_the_headers() -> None:
 
 def test_a_run_under_an_emulated_buffer_is_judged_under_that_buffer() -> None:
     # GIVEN a send/send exchange of 64 bytes that completed under an emulated 64-byte buffer
-    s = with_headers(
-        eager_exchange(64), backend="gloo", emulate={"eager_bytes": 64, "fused_batches": False}
-    )
+    s = with_headers(eager_exchange(64), backend="gloo", emulate=(64, False))
     report = analyze(s)
     # THEN it is clean (the buffer it ran under holds its messages) ...
     assert report.verdict is Verdict.OK, report.findings

@@ -26,7 +26,10 @@ from dl2.live.shared import store_from_command
 from dl2.live.tailer import TraceTailer
 from dl2.report import FindingKind
 from dl2.report import Verdict
-from dl2.trace.format import encode
+from dl2.trace.schema.encode import EMPTY_STACK
+from dl2.trace.schema.encode import done_line
+from dl2.trace.schema.encode import json_str
+from dl2.trace.schema.encode import op_line
 from trace_builders import RankBuilder
 from trace_builders import ranks
 from trace_builders import write_run_dir
@@ -103,12 +106,12 @@ class FakeStore:
         return self.data.pop(key, None) is not None
 
 
-def append(directory: Path, builder: RankBuilder, *records: dict[str, Any]) -> None:
-    """Append records to a rank's trace file (as the rank would)."""
+def append(directory: Path, builder: RankBuilder, *records: str) -> None:
+    """Append encoded records to a rank's trace file (as the rank would)."""
     path = next(directory.glob(f"rank{builder.rank:05d}.*"))
     with path.open("ab") as handle:
         for record in records:
-            handle.write(encode(record))
+            handle.write(record.encode())
 
 
 def make_monitor(run_dir: Path, job: FakeJob, notices: list[str], **options: Any) -> Monitor:
@@ -169,7 +172,7 @@ def test_progress_between_the_two_snapshots_is_no_proof(tmp_path, monkeypatch):
             seen.append(built.wfg.deadlocked)
             original(built, now)  # the first snapshot makes the candidate
             # WHEN rank 0 writes a record before the second snapshot
-            append(run_dir, r0, {"k": "done", "id": 99, "t": 1})
+            append(run_dir, r0, done_line(99, 1))
             return None
         return original(built, now)
 
@@ -231,15 +234,7 @@ def test_a_rank_stuck_in_a_call_its_peers_matched_still_reaches_the_hang_timeout
 def suspect_case(tmp_path: Path) -> tuple[Path, list[RankBuilder]]:
     r0, r1 = ranks(2)
     r0.call("all_reduce", 11, complete=False)
-    r1.add(
-        {
-            "k": "state",
-            "t": 5,
-            "pending": [],
-            "where": "python",
-            "stack": [["train.py", 10, "slow"], ["train.py", 30, "main"]],
-        }
-    )
+    r1.state([], "python", stack=[["train.py", 10, "slow"], ["train.py", 30, "main"]])
     return write_run_dir([r0, r1], tmp_path / "run"), [r0, r1]
 
 
@@ -269,7 +264,7 @@ def test_truncated_record_is_read_once_complete(tmp_path):
     r0 = RankBuilder(0, 1)
     run_dir = write_run_dir([r0], tmp_path / "run")
     path = next(run_dir.glob("rank*"))
-    line = encode({"k": "op", "id": 1, "t": 1, "gid": "0", "seq": 0, "op": "barrier"})
+    line = op_line(1, 1, 1, json_str("0"), 0, "barrier", "barrier", "", False, EMPTY_STACK).encode()
     tailer = TraceTailer(run_dir)
     with path.open("ab") as handle:
         handle.write(line[:10])

@@ -452,7 +452,7 @@ def test_running_ranks_release_those_waiting_on_them():
     # GIVEN rank 0 in a send to rank 1, which is still computing (no end record)
     r0, r1 = ranks(2)
     r0.call("send", 10, peer=1, complete=False)
-    r1.add({"k": "state", "t": 5, "pending": [], "where": "python", "stack": []})
+    r1.state([], "python")
     # THEN no configuration calls it a deadlock yet
     graph = graph_of([r0, r1])
     assert all(not predict(graph, s).deadlock_possible for s in CONFIGURATIONS)
@@ -469,7 +469,7 @@ def test_a_predicted_deadlock_holds_only_ranks_that_wait_on_nothing_that_can_mov
     r0.call("send", 12, peer=2)
     wildcard = r2.issue("recv", 30, peer=None)
     r2.wait(wildcard, src=0)
-    r3.add({"k": "state", "t": 5, "pending": [], "where": "python", "stack": []})
+    r3.state([], "python")
     for r in (r0, r1, r2):
         r.end()
     # WHEN gloo's rendezvous sends deadlock ranks 0 and 1

@@ -19,6 +19,16 @@ from dl2.record import stack
 from dl2.record.writer import TraceWriter
 from dl2.trace.format import FORMAT_VERSION
 from dl2.trace.format import read_trace_file
+from dl2.trace.schema.encode import EMPTY_STACK
+from dl2.trace.schema.encode import json_str
+from dl2.trace.schema.encode import op_line
+from trace_builders import read_raw_trace
+
+
+def _op(oid: int) -> str:
+    """An all_reduce record line."""
+    return op_line(oid, 1, 1, json_str("0"), 0, "all_reduce", None, "", False, EMPTY_STACK)
+
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,18 +42,18 @@ BOOTSTRAP = REPO / "src" / "dl2" / "_bootstrap"
 def test_writer_header_and_records_read_back(tmp_path: Path) -> None:
     writer = TraceWriter(str(tmp_path / "run"), rank=3, world_size=4, torch_version="x")
     assert writer.enabled
-    writer.write({"k": "op", "id": 1, "op": "all_reduce"})
+    writer.write_line(_op(1))
     writer.write_bytes(b'{"k":"ret","id":1,"t":5}\n')
     writer.close()
     (path,) = (tmp_path / "run").iterdir()
     assert path.name == f"rank00003.{os.getpid()}.dl2.jsonl"
     trace = read_trace_file(path)
-    assert trace.header["format"] == FORMAT_VERSION
-    assert (trace.header["rank"], trace.header["world_size"]) == (3, 4)
-    assert trace.header["backend"] == "gloo"
-    assert trace.header["pid"] == os.getpid()
-    assert trace.header["t0"] > 0 and trace.header["wall"] > 0
-    assert [r["k"] for r in trace.records] == ["op", "ret"]
+    assert trace.header.format == FORMAT_VERSION
+    assert (trace.header.rank, trace.header.world_size) == (3, 4)
+    assert trace.header.backend == "gloo"
+    assert trace.header.pid == os.getpid()
+    assert trace.header.t0 > 0 and trace.header.wall > 0
+    assert [r.kind for r in trace.records] == ["op", "ret"]
     assert trace.truncated is None
 
 
@@ -53,7 +63,7 @@ def test_unwritable_dir_disables_with_one_notice(tmp_path: Path) -> None:
     err = io.StringIO()
     with redirect_stderr(err):
         writer = TraceWriter(str(blocker / "run"), rank=1, world_size=2)
-        writer.write({"k": "op", "id": 1})
+        writer.write_line(_op(1))
         writer.write_bytes(b"{}\n")
     assert not writer.enabled
     assert err.getvalue() == (
@@ -67,8 +77,8 @@ def test_write_error_disables_without_raising(tmp_path: Path) -> None:
     os.close(writer.fd)  # the descriptor goes bad under the writer
     err = io.StringIO()
     with redirect_stderr(err):
-        writer.write({"k": "op", "id": 1})
-        writer.write({"k": "op", "id": 2})
+        writer.write_line(_op(1))
+        writer.write_line(_op(2))
     assert not writer.enabled
     lines = err.getvalue().splitlines()
     assert len(lines) == 1
@@ -242,10 +252,22 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_import_dl2_record_is_light(tmp_path: Path) -> None:
     code = (
-        "import sys, dl2.record; "
-        "print(sorted(m for m in ('torch', 'rich', 'networkx') if m in sys.modules))"
+        "import sys, dl2.record, dl2.record.watchdog; "
+        "print(sorted(m for m in ('torch', 'rich', 'networkx', 'msgspec') if m in sys.modules))"
     )
     result = _python(code, _env(tmp_path))
+    assert result.stdout.strip() == "[]", result.stderr
+
+
+def test_recording_modules_never_load_the_analysis_side(tmp_path: Path) -> None:
+    # GIVEN every module of the recorder, those that need torch included
+    code = (
+        "import sys, dl2.record.pg, dl2.record.install, dl2.record.watchdog; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'networkx', "
+        "'msgspec') or m.startswith(('dl2.analysis', 'dl2.model', 'dl2.trace.schema.decode'))))"
+    )
+    result = _python(code, _env(tmp_path))
+    # THEN none of the analysis side (or its dependencies) came along
     assert result.stdout.strip() == "[]", result.stderr
 
 
@@ -340,7 +362,7 @@ def test_install_records_a_one_rank_group_and_uninstall_restores(tmp_path: Path)
     assert dist.batch_isend_irecv is originals[2]
 
     (path,) = tmp_path.iterdir()
-    records = read_trace_file(path).records
+    records = read_raw_trace(path).records
     kinds = [r["k"] for r in records]
     assert kinds[:2] == ["op", "ret"]  # create_group
     first, second = (r for r in records if r["k"] == "op" and r["op"] == "all_reduce")

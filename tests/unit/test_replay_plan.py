@@ -84,7 +84,7 @@ def test_groups_in_recorded_order_and_failed_ops_left_out() -> None:
         r.create_group("5", [0, 1])
         r.call("all_reduce", 10, gid="5", redop="max")
     failed = r0.issue("broadcast", 12, root=0)
-    r0.records.append({"k": "ret", "id": failed, "t": 99, "err": "RuntimeError: boom"})
+    r0.ret(failed, err="RuntimeError: boom")
     plan = build_replay_plan(session([r0, r1]))
     assert [(g.gid, g.ranks) for g in plan.groups] == [("5", (0, 1))]
     ops = plan.rank_plan(0).ops

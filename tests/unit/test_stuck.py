@@ -338,8 +338,8 @@ def test_stall_kind(where: str | None, pending: list[int] | None, kind: str | No
 def test_a_stall_report_blocks_the_rank_on_its_pending_works() -> None:
     r0, r1 = ranks(2)
     op_id = r0.issue("all_reduce", 10, api=None, **{"async": True})
-    r0.add({"k": "state", "t": 10**9, "pending": [op_id], "where": "comm", "stack": []})
-    r1.add({"k": "state", "t": 10**9, "pending": [], "where": "comm", "stack": []})
+    r0.state([op_id], "comm")
+    r1.state([], "comm")
     timelines = build_execution_graph(session([r0, r1])).timelines
     blocked = timelines[0].blocked
     assert blocked is not None and blocked.how == "stall"

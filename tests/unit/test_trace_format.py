@@ -9,43 +9,45 @@ import pytest
 from dl2.errors import NoDataError
 from dl2.errors import TraceFormatError
 from dl2.live.tailer import TraceTailer
-from dl2.trace.format import FORMAT_VERSION
 from dl2.trace.format import MAGIC
-from dl2.trace.format import encode
 from dl2.trace.format import read_trace_file
 from dl2.trace.format import trace_file_name
+from dl2.trace.schema.decode import OpRecord
+from dl2.trace.schema.encode import EMPTY_STACK
+from dl2.trace.schema.encode import end_line
+from dl2.trace.schema.encode import header_line
+from dl2.trace.schema.encode import json_str
+from dl2.trace.schema.encode import op_line
+from dl2.trace.schema.encode import peer_tag_fields
+from dl2.trace.schema.encode import ret_line
+from dl2.trace.schema.encode import state_line
 from dl2.trace.session import load_session
 
 
-def header(rank=0, world=2, **extra):
-    record = {
-        "k": "header",
-        "magic": MAGIC,
-        "format": FORMAT_VERSION,
-        "rank": rank,
-        "world_size": world,
-    }
-    record.update(extra)
-    return record
+def header(rank=0, world=2):
+    return header_line(rank=rank, world_size=world, pid=1, host="h", t0=0, wall=0, dl2="test")
+
+
+def op(oid):
+    """A send to rank 1, as the recorder writes it."""
+    return op_line(oid, 1, 1, json_str("0"), 0, "send", None, peer_tag_fields(1, 0), False, "[]")
 
 
 def write(path, *records, tail=b""):
-    path.write_bytes(b"".join(encode(r) for r in records) + tail)
+    path.write_bytes("".join(records).encode() + tail)
     return path
 
 
 def test_round_trip(tmp_path):
-    path = write(tmp_path / trace_file_name(0, 1), header(), {"k": "op", "id": 1, "op": "send"})
+    path = write(tmp_path / trace_file_name(0, 1), header(), op(1))
     trace = read_trace_file(path)
     assert trace.rank == 0
-    assert trace.records == ({"k": "op", "id": 1, "op": "send"},)
+    assert trace.records == (OpRecord(id=1, t=1, tid=1, op="send", seq=0, peer=1, tag=0),)
     assert trace.truncated is None
 
 
 def test_truncated_last_record_is_detected_not_fatal(tmp_path):
-    path = write(
-        tmp_path / "r.dl2.jsonl", header(), {"k": "op", "id": 1}, tail=b'{"k":"op","id":2,"op"'
-    )
+    path = write(tmp_path / "r.dl2.jsonl", header(), op(1), tail=b'{"k":"op","id":2,"op"')
     trace = read_trace_file(path)
     assert len(trace.records) == 1
     assert "truncated" in trace.truncated
@@ -53,7 +55,7 @@ def test_truncated_last_record_is_detected_not_fatal(tmp_path):
 
 def test_corrupt_middle_line_is_an_error(tmp_path):
     path = tmp_path / "r.dl2.jsonl"
-    path.write_bytes(encode(header()) + b"garbage\n" + encode({"k": "end"}))
+    path.write_bytes((header() + "garbage\n" + end_line(1, "exit")).encode())
     with pytest.raises(TraceFormatError, match=":2: corrupt record"):
         read_trace_file(path)
 
@@ -96,13 +98,13 @@ def test_load_session_skips_one_bad_rank_with_a_warning(tmp_path):
 
 def test_tailer_reads_appended_records_and_waits_for_partial_lines(tmp_path):
     path = tmp_path / trace_file_name(0, 1)
-    write(path, header(), {"k": "op", "id": 1}, tail=b'{"k":"ret",')
+    write(path, header(), op(1), tail=ret_line(1, 2)[:10].encode())
     tailer = TraceTailer(tmp_path)
     assert tailer.refresh()
     assert tailer.progress() == {0: 1}
     with open(path, "ab") as handle:
-        handle.write(b'"id":1}\n' + encode({"k": "state", "pending": []}))
+        handle.write((ret_line(1, 2)[10:] + state_line(3, [], "python", EMPTY_STACK)).encode())
     assert tailer.refresh()
     # the watchdog's state record is not progress
     assert tailer.progress() == {0: 2}
-    assert [r["k"] for r in tailer.traces()[0].records] == ["op", "ret", "state"]
+    assert [r.kind for r in tailer.traces()[0].records] == ["op", "ret", "state"]

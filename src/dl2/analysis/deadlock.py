@@ -13,7 +13,6 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Frame
 from dl2.model.ops import Op
-from dl2.model.ops import is_installed_file
 from dl2.model.stuck import RankStatus
 from dl2.model.wait_for import Clause
 from dl2.model.wait_for import RankNode
@@ -21,6 +20,7 @@ from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import clause_for
 from dl2.report import Finding
 from dl2.report import FindingKind
+from dl2.trace.schema.decode import report_frame
 
 _ORPHAN_HINT = (
     "A rank exited while others still needed it: every rank must issue the same "
@@ -220,26 +220,14 @@ def suspect_stack(graph: ExecutionGraph, rank: int) -> tuple[Frame, ...]:
     """The rank's user frames (innermost first) from its watchdog's last ``state``."""
     timeline = graph.timelines.get(rank)
     state = timeline.last_state if timeline else None
-    frames: list[Frame] = []
-    stack = state.get("stack") if state else None
-    if isinstance(stack, list):
-        for item in stack:
-            if isinstance(item, list | tuple) and len(item) >= 2:
-                try:
-                    line = int(item[1])
-                except (TypeError, ValueError):
-                    continue
-                function = str(item[2]) if len(item) > 2 else "?"
-                frames.append(Frame(str(item[0]), line, function))
-    return tuple(frames)
+    return state.stack if state else ()
 
 
 def suspect_where(graph: ExecutionGraph, rank: int) -> str | None:
     """Where the watchdog last saw the rank: "python", "backward", "comm" or None."""
     timeline = graph.timelines.get(rank)
     state = timeline.last_state if timeline else None
-    where_ = state.get("where") if state else None
-    return str(where_) if where_ else None
+    return state.where if state and state.where else None
 
 
 def _frame_text(frame: Frame) -> str:
@@ -320,9 +308,7 @@ def busy_poll_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
         if node.status is not RankStatus.SPINNING or node.blocked is None:
             continue
         polled = list(node.blocked.ops)
-        stack = suspect_stack(graph, rank)
-        own = [f for f in stack if not is_installed_file(f.file)]
-        poll_frame = own[0] if own else (stack[0] if stack else None)
+        poll_frame = report_frame(suspect_stack(graph, rank))
         unmet = {c.op.id: c for c in node.clauses}
         reasons = []
         matched: list[Op] = []

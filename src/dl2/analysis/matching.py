@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from collections.abc import Sequence
 
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
@@ -16,6 +16,9 @@ from dl2.model.wait_for import WaitForGraph
 from dl2.report import Finding
 from dl2.report import FindingKind
 from dl2.report import OpRef
+from dl2.trace.schema.decode import Frame
+from dl2.trace.schema.decode import NewGroupRecord
+from dl2.trace.schema.decode import report_frame
 
 _FIELD_HINTS = {
     "op": (
@@ -181,35 +184,40 @@ def p2p_mismatch_findings(graph: ExecutionGraph) -> list[Finding]:
     return findings
 
 
-def _call_ref(rank: int, record: dict[str, Any], op: str) -> OpRef:
-    stack = record.get("stack") or []
-    frame = stack[0] if stack and isinstance(stack[0], list) and len(stack[0]) >= 2 else None
+def _call_ref(
+    rank: int, op: str, stack: Sequence[Frame], group: str | None = None, api: str | None = None
+) -> OpRef:
+    """A call that is no recorded op (new_group, a non-member's collective), at the line
+    its stack names."""
+    frame = report_frame(stack)
     return OpRef(
         rank=rank,
         op=op,
-        group=str(record.get("gid") or "-"),
-        api=record.get("api") or op,
-        file=str(frame[0]) if frame else None,
-        line=int(frame[1]) if frame else None,
-        function=str(frame[2]) if frame and len(frame) > 2 else None,
+        group=group or "-",
+        api=api or op,
+        file=frame.file if frame else None,
+        line=frame.line if frame else None,
+        function=frame.function if frame else None,
     )
+
+
+def _new_group_ref(rank: int, record: NewGroupRecord) -> OpRef:
+    return _call_ref(rank, "new_group", record.stack, group=record.gid)
 
 
 def group_findings(graph: ExecutionGraph) -> list[Finding]:
     """new_group calls that members skipped, or that ranks named differently."""
-    calls: dict[tuple[int, ...], dict[int, list[dict[str, Any]]]] = defaultdict(dict)
+    calls: dict[tuple[int, ...], dict[int, list[NewGroupRecord]]] = defaultdict(dict)
     for rank, timeline in graph.timelines.items():
         for record in timeline.newgroups:
-            raw = record.get("ranks")
-            members = (
-                tuple(sorted(raw)) if isinstance(raw, list) else tuple(range(graph.world_size))
-            )
+            ranks = record.ranks
+            members = tuple(sorted(ranks)) if ranks is not None else tuple(range(graph.world_size))
             calls[members].setdefault(rank, []).append(record)
     findings: list[Finding] = []
     for members, by_rank in sorted(calls.items()):
         counts = {r: len(by_rank.get(r, [])) for r in members if r in graph.timelines}
         names = {
-            r: tuple(str(c.get("gid")) for c in by_rank.get(r, []))
+            r: tuple(str(c.gid) for c in by_rank.get(r, []))
             for r in members
             if r in graph.timelines
         }
@@ -218,13 +226,13 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
             most = max(counts.values())
             short = [r for r, n in counts.items() if n < most]
             callers = [r for r, n in counts.items() if n == most]
-            finding_ops = tuple(_call_ref(r, by_rank[r][-1], "new_group") for r in callers)
+            finding_ops = tuple(_new_group_ref(r, by_rank[r][-1]) for r in callers)
             message = (
                 f"new_group(ranks={list(members)}) was called {most} time(s) by "
                 f"{rank_list(callers)} but fewer times by {rank_list(short)}."
             )
         elif len(set(names.values())) > 1:
-            finding_ops = tuple(_call_ref(r, by_rank[r][0], "new_group") for r in sorted(by_rank))
+            finding_ops = tuple(_new_group_ref(r, by_rank[r][0]) for r in sorted(by_rank))
             labels = "; ".join(f"rank {r}: {', '.join(n)}" for r, n in sorted(names.items()))
             message = (
                 f"Ranks gave the group of ranks {list(members)} different names ({labels}): "
@@ -232,7 +240,7 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
             )
         elif absent := _skipped_by_nonmembers(graph, members, by_rank):
             involved = tuple(sorted({*members, *absent}))
-            finding_ops = tuple(_call_ref(r, by_rank[r][0], "new_group") for r in sorted(by_rank))
+            finding_ops = tuple(_new_group_ref(r, by_rank[r][0]) for r in sorted(by_rank))
             message = (
                 f"new_group(ranks={list(members)}) was called by {rank_list(sorted(by_rank))} "
                 f"but never by {rank_list(absent)}; every rank must call new_group, members or "
@@ -256,7 +264,7 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
 
 
 def _skipped_by_nonmembers(
-    graph: ExecutionGraph, members: tuple[int, ...], by_rank: dict[int, list[dict[str, Any]]]
+    graph: ExecutionGraph, members: tuple[int, ...], by_rank: dict[int, list[NewGroupRecord]]
 ) -> list[int]:
     """Traced ranks that never called a new_group that needed every rank.
 
@@ -264,7 +272,7 @@ def _skipped_by_nonmembers(
     ("1", "2", ...); use_local_synchronization=True gives a hashed name instead, and
     then only members need to call.
     """
-    names = [str(c.get("gid")) for r in members for c in by_rank.get(r, []) if c.get("gid")]
+    names = [c.gid for r in members for c in by_rank.get(r, []) if c.gid]
     if not names or not all(name.isdigit() for name in names):
         return []
     return [r for r in graph.timelines if r not in by_rank]
@@ -275,7 +283,7 @@ def nonmember_findings(graph: ExecutionGraph) -> list[Finding]:
     findings: list[Finding] = []
     for rank, timeline in sorted(graph.timelines.items()):
         for record in timeline.nonmember_calls:
-            ref = _call_ref(rank, record, str(record.get("api") or "collective"))
+            ref = _call_ref(rank, record.api or "collective", record.stack)
             findings.append(
                 Finding(
                     kind=FindingKind.NONMEMBER_CALL,

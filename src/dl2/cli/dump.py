@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from dl2.trace.format import read_trace_file
 
@@ -19,12 +20,14 @@ class DumpCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        trace = read_trace_file(args.file)
-        print(json.dumps(trace.header, sort_keys=True))
-        for record in trace.records:
-            if args.kind and record.get("k") not in args.kind:
+        trace = read_trace_file(args.file)  # checks the whole file first
+        # Printed as written (keys sorted), fields this dl2 does not know included.
+        lines = Path(args.file).read_bytes().split(b"\n")
+        print(json.dumps(json.loads(lines[0]), sort_keys=True))
+        for record, line in zip(trace.records, lines[1:], strict=False):
+            if args.kind and record.kind not in args.kind:
                 continue
-            print(json.dumps(record, sort_keys=True))
+            print(json.dumps(json.loads(line), sort_keys=True))
         if trace.truncated:
             print(f"# {trace.truncated}")
         return 0

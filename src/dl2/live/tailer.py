@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
-from typing import Any
 
 from dl2.errors import TraceFormatError
 from dl2.model.stuck import stall_kind
@@ -21,9 +20,13 @@ from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
 from dl2.trace.format import parse_header
 from dl2.trace.format import parse_records
-
-# Watchdog reports are not progress: a rank that only writes them is quiet.
-_NOT_PROGRESS = frozenset({"state"})
+from dl2.trace.schema.decode import EndRecord
+from dl2.trace.schema.decode import Header
+from dl2.trace.schema.decode import OpRecord
+from dl2.trace.schema.decode import Record
+from dl2.trace.schema.decode import RetRecord
+from dl2.trace.schema.decode import StateRecord
+from dl2.trace.schema.decode import WaitRecord
 
 
 @dataclass
@@ -45,8 +48,8 @@ class _File:
     name: str
     path: Path | None
     offset: int = 0
-    header: dict[str, Any] | None = None
-    records: list[dict[str, Any]] = field(default_factory=list)
+    header: Header | None = None
+    records: list[Record] = field(default_factory=list)
     progress: int = 0
     records_seen: int = 0
     truncated: str | None = None
@@ -85,27 +88,26 @@ class _File:
         self.records_seen += len(records)
         return bool(records)
 
-    def _note(self, record: dict[str, Any]) -> None:
-        kind = record.get("k")
-        if kind in _NOT_PROGRESS:
-            self.stall = stall_kind(record.get("where"), record.get("pending")) is not None
+    def _note(self, record: Record) -> None:
+        if isinstance(record, StateRecord):
+            # Watchdog reports are not progress: a rank that only writes them is quiet.
+            self.stall = stall_kind(record.where, record.pending) is not None
             return
         self.progress += 1
-        if kind in ("op", "wait"):
+        if isinstance(record, OpRecord | WaitRecord):
             self.stall = False
-            if isinstance(record.get("id"), int):
-                self.open_calls.add(record["id"])
-        elif kind == "ret":
+            self.open_calls.add(record.id)
+        elif isinstance(record, RetRecord):
             self.stall = False
-            self.open_calls.discard(record.get("id", -1))
-        elif kind == "end":
+            self.open_calls.discard(record.id)
+        elif isinstance(record, EndRecord):
             self.open_calls.clear()
             self.stall = False
 
     @property
     def rank(self) -> int:
         assert self.header is not None
-        return int(self.header["rank"])
+        return self.header.rank
 
 
 class TraceTailer:
@@ -214,7 +216,9 @@ class TraceTailer:
     def ended(self) -> set[int]:
         """Ranks whose last record is an ``end`` record."""
         return {
-            r for r, e in self._newest().items() if e.records and e.records[-1].get("k") == "end"
+            r
+            for r, e in self._newest().items()
+            if e.records and isinstance(e.records[-1], EndRecord)
         }
 
     def partial(self) -> set[int]:
@@ -232,9 +236,9 @@ class TraceTailer:
     def pids(self) -> dict[int, int]:
         """rank -> pid of the process that writes its trace (local files only)."""
         return {
-            r: int((e.header or {}).get("pid", 0))
+            r: e.header.pid
             for r, e in self._newest().items()
-            if e.path is not None
+            if e.path is not None and e.header is not None
         }
 
     def rank_of(self, name: str) -> int | None:
@@ -245,7 +249,7 @@ class TraceTailer:
         return {e.rank for e in self._ranked() if e.path is not None}
 
     def hosts(self) -> dict[int, str]:
-        return {r: str((e.header or {}).get("host", "")) for r, e in self._newest().items()}
+        return {r: e.header.host for r, e in self._newest().items() if e.header is not None}
 
     def _newest(self) -> dict[int, _File]:
         """rank -> its newest file (a restarted rank writes a new one)."""
@@ -253,7 +257,7 @@ class TraceTailer:
         for entry in self._ranked():
             rank = entry.rank
             other = best.get(rank)
-            wall = (entry.header or {}).get("wall", 0)
-            if other is None or wall >= (other.header or {}).get("wall", 0):
+            wall = entry.header.wall if entry.header is not None else 0
+            if other is None or other.header is None or wall >= other.header.wall:
                 best[rank] = entry
         return best

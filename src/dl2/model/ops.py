@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from dataclasses import field
-from typing import Any
 
 from dl2.model.stuck import stall_kind
 from dl2.trace.format import RankTrace
+from dl2.trace.schema.decode import DoneRecord
+from dl2.trace.schema.decode import EndRecord
+from dl2.trace.schema.decode import Frame as Frame  # re-exported: the model's frames
+from dl2.trace.schema.decode import NewGroupRecord
+from dl2.trace.schema.decode import NonMemberRecord
+from dl2.trace.schema.decode import OpRecord
+from dl2.trace.schema.decode import RetRecord
+from dl2.trace.schema.decode import StateRecord
+from dl2.trace.schema.decode import WaitRecord
+from dl2.trace.schema.decode import report_frame
 
 #: Collectives whose per-rank input element count must agree across members.
 SAME_COUNT_OPS = frozenset(
@@ -26,20 +35,6 @@ P2P_OPS = frozenset({"send", "recv"})
 GROUP_OPS = frozenset({"create_group"})
 #: Ops that carry no tensor, so dtype and count are not compared.
 NO_DATA_OPS = frozenset({"barrier", "monitored_barrier"})
-
-
-def is_installed_file(file: str) -> bool:
-    """A file of an installed package (site-packages), not of the user's own code."""
-    return "site-packages" in file or "dist-packages" in file
-
-
-@dataclass(frozen=True)
-class Frame:
-    """A user source location."""
-
-    file: str
-    line: int
-    function: str
 
 
 @dataclass(frozen=True)
@@ -95,13 +90,8 @@ class Op:
 
     @property
     def frame(self) -> Frame | None:
-        """The line to name: the innermost frame of the user's own code, skipping
-        installed packages (a collective issued inside transformers names the script
-        line that called the model); the innermost frame when all are packages'."""
-        for frame in self.stack:
-            if not is_installed_file(frame.file):
-                return frame
-        return self.stack[0] if self.stack else None
+        """The line to name (:func:`~dl2.trace.schema.decode.report_frame`)."""
+        return report_frame(self.stack)
 
     @property
     def signature(self) -> str:
@@ -142,135 +132,122 @@ class Timeline:
     ops: tuple[Op, ...]
     blocked: Blocked | None
     ended: str | None  # "exit" or "destroy" from an end record
-    newgroups: tuple[dict[str, Any], ...] = ()
-    nonmember_calls: tuple[dict[str, Any], ...] = ()
-    last_state: dict[str, Any] | None = None
+    newgroups: tuple[NewGroupRecord, ...] = ()
+    nonmember_calls: tuple[NonMemberRecord, ...] = ()
+    last_state: StateRecord | None = None
     record_count: int = 0
     truncated: bool = False
     by_id: dict[int, Op] = field(default_factory=dict, compare=False, repr=False)
 
 
-def _frames(raw: Any) -> tuple[Frame, ...]:
-    frames: list[Frame] = []
-    if isinstance(raw, list):
-        for item in raw:
-            if isinstance(item, list | tuple) and len(item) >= 2:
-                func = str(item[2]) if len(item) > 2 else "?"
-                frames.append(Frame(str(item[0]), int(item[1]), func))
-    return tuple(frames)
+@dataclass
+class _Fate:
+    """What the records after an op say of it."""
 
-
-def _opt_float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _splits(raw: Any) -> tuple[tuple[int, ...], ...] | None:
-    if not isinstance(raw, list):
-        return None
-    return tuple(tuple(int(x) for x in part) for part in raw if isinstance(part, list))
-
-
-def _opt_int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    record: OpRecord
+    issued: bool = False
+    completed: bool = False
+    error: str | None = None
+    src: int | None = None
+    waited_at: int | None = None
 
 
 def build_timeline(trace: RankTrace) -> Timeline:
     """Rebuild one rank's ops and final state from its records."""
     rank = trace.rank
-    fields: dict[int, dict[str, Any]] = {}
+    fates: dict[int, _Fate] = {}
     order: list[int] = []
     waits: dict[int, int] = {}  # wait id -> op id
     open_calls: list[int] = []  # op or wait ids entered and not returned, in order
-    newgroups: list[dict[str, Any]] = []
-    nonmember: list[dict[str, Any]] = []
+    newgroups: list[NewGroupRecord] = []
+    nonmember: list[NonMemberRecord] = []
     ended: str | None = None
-    last_state: dict[str, Any] | None = None
+    last_state: StateRecord | None = None
     last_state_pos = -1
     last_activity_pos = -1
     for pos, rec in enumerate(trace.records):
-        kind = rec.get("k")
-        if kind == "op" and isinstance(rec.get("id"), int):
-            fields[rec["id"]] = {"rec": rec, "issued": False, "completed": False}
-            order.append(rec["id"])
-            open_calls.append(rec["id"])
+        if isinstance(rec, OpRecord):
+            fates[rec.id] = _Fate(rec)
+            order.append(rec.id)
+            open_calls.append(rec.id)
             last_activity_pos = pos
-        elif kind == "wait" and isinstance(rec.get("id"), int):
-            waits[rec["id"]] = int(rec.get("work", -1))
-            target = fields.get(waits[rec["id"]])
-            if target is not None and "waited_at" not in target:
-                target["waited_at"] = len(order)
-            open_calls.append(rec["id"])
+        elif isinstance(rec, WaitRecord):
+            waits[rec.id] = rec.work
+            target = fates.get(rec.work)
+            if target is not None and target.waited_at is None:
+                target.waited_at = len(order)
+            open_calls.append(rec.id)
             last_activity_pos = pos
-        elif kind == "ret" and isinstance(rec.get("id"), int):
-            rid = rec["id"]
+        elif isinstance(rec, RetRecord):
+            rid = rec.id
             if rid in open_calls:
                 open_calls.remove(rid)
             if rid in waits:
-                target = fields.get(waits[rid])
-                if target is not None and rec.get("err"):
-                    target["error"] = str(rec["err"])
+                target = fates.get(waits[rid])
+                if target is not None and rec.err:
+                    target.error = rec.err
                 elif target is not None:
-                    target["completed"] = True
-                    if rec.get("src") is not None:
-                        target["src"] = rec["src"]
-            elif rid in fields:
-                fields[rid]["issued"] = True
-                if rec.get("err"):
-                    fields[rid]["error"] = str(rec["err"])
-                elif fields[rid]["rec"].get("eager"):
-                    fields[rid]["completed"] = True  # an eager send completes on issue
-                elif not fields[rid]["rec"].get("async") and fields[rid]["rec"].get("op") in (
+                    target.completed = True
+                    if rec.src is not None:
+                        target.src = rec.src
+            elif rid in fates:
+                fate = fates[rid]
+                fate.issued = True
+                if rec.err:
+                    fate.error = rec.err
+                elif fate.record.eager:
+                    fate.completed = True  # an eager send completes on issue
+                elif not fate.record.is_async and fate.record.op in (
                     "create_group",
                     "monitored_barrier",
                 ):
-                    fields[rid]["completed"] = True
+                    fate.completed = True
             last_activity_pos = pos
-        elif kind == "done" and isinstance(rec.get("id"), int) and rec["id"] in fields:
-            fields[rec["id"]]["completed"] = True
-            if rec.get("src") is not None:
-                fields[rec["id"]]["src"] = rec["src"]
-        elif kind == "newgroup":
+        elif isinstance(rec, DoneRecord) and rec.id in fates:
+            fates[rec.id].completed = True
+            if rec.src is not None:
+                fates[rec.id].src = rec.src
+        elif isinstance(rec, NewGroupRecord):
             newgroups.append(rec)
-        elif kind == "nonmember":
+        elif isinstance(rec, NonMemberRecord):
             nonmember.append(rec)
-        elif kind == "state":
+        elif isinstance(rec, StateRecord):
             last_state, last_state_pos = rec, pos
-        elif kind == "end":
-            ended = str(rec.get("how", "exit"))
+        elif isinstance(rec, EndRecord):
+            ended = rec.how
 
     ops: list[Op] = []
     by_id: dict[int, Op] = {}
     for index, op_id in enumerate(order):
-        info = fields[op_id]
-        rec = info["rec"]
-        ranks = rec.get("ranks")
+        fate = fates[op_id]
+        rec = fate.record
         op = Op(
             rank=rank,
             id=op_id,
-            op=str(rec.get("op", "?")),
-            gid=str(rec.get("gid", "0")),
+            op=rec.op,
+            gid=rec.gid,
             index=index,
-            seq=_opt_int(rec.get("seq")),
-            api=rec.get("api"),
-            peer=_opt_int(rec.get("peer")),
-            root=_opt_int(rec.get("root")),
-            tag=_opt_int(rec.get("tag")),
-            redop=rec.get("redop"),
-            dtype=rec.get("dtype"),
-            count=_opt_int(rec.get("count")),
-            splits=_splits(rec.get("splits")),
-            ranks=tuple(int(r) for r in ranks) if isinstance(ranks, list) else None,
-            timeout=_opt_float(rec.get("timeout")),
-            is_async=bool(rec.get("async")),
-            batch=_opt_int(rec.get("batch")),
-            stack=_frames(rec.get("stack")),
-            issued=info["issued"],
-            completed=info["completed"],
-            error=info.get("error"),
-            src=_opt_int(info.get("src")),
-            waited_at=info.get("waited_at"),
-            eager=bool(rec.get("eager")),
-            deferred=bool(rec.get("deferred")),
+            seq=rec.seq,
+            api=rec.api,
+            peer=rec.peer,
+            root=rec.root,
+            tag=rec.tag,
+            redop=rec.redop,
+            dtype=rec.dtype,
+            count=rec.count,
+            splits=rec.splits,
+            ranks=rec.ranks,
+            timeout=rec.timeout,
+            is_async=rec.is_async,
+            batch=rec.batch,
+            stack=rec.stack,
+            issued=fate.issued,
+            completed=fate.completed,
+            error=fate.error,
+            src=fate.src,
+            waited_at=fate.waited_at,
+            eager=rec.eager,
+            deferred=rec.deferred,
         )
         ops.append(op)
         by_id[op_id] = op
@@ -294,7 +271,7 @@ def _final_block(
     open_calls: list[int],
     waits: dict[int, int],
     by_id: dict[int, Op],
-    last_state: dict[str, Any] | None,
+    last_state: StateRecord | None,
     last_state_pos: int,
     last_activity_pos: int,
 ) -> Blocked | None:
@@ -317,12 +294,8 @@ def _final_block(
             return Blocked((op,), "call")
     if last_state is None or last_state_pos <= last_activity_pos:
         return None
-    how = stall_kind(last_state.get("where"), last_state.get("pending"))
+    how = stall_kind(last_state.where, last_state.pending)
     if how is None:
         return None
-    pending = [
-        by_id[i]
-        for i in last_state["pending"]
-        if isinstance(i, int) and i in by_id and not by_id[i].completed
-    ]
+    pending = [by_id[i] for i in last_state.pending if i in by_id and not by_id[i].completed]
     return Blocked(tuple(pending), how) if pending else None

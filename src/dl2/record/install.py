@@ -22,7 +22,6 @@ from __future__ import annotations
 import atexit
 import functools
 import inspect
-import json
 import os
 import sys
 import threading
@@ -33,9 +32,10 @@ from typing import Any
 from dl2.notice import notice
 from dl2.record import recorder as _recorder_mod
 from dl2.record.recorder import Recorder
-from dl2.record.recorder import compact
 from dl2.record.stack import capture
 from dl2.record.stack import user_stack
+from dl2.trace.schema.encode import newgroup_line
+from dl2.trace.schema.encode import nonmember_line
 
 _now = time.monotonic_ns
 
@@ -234,10 +234,7 @@ def _patch(state: _Installed, dist: Any) -> None:
         try:
             if rec.active:
                 stack = user_stack(sys._getframe(1))
-                rec.emit(
-                    f'{{"k":"nonmember","t":{_now()},"api":{json.dumps(str(op_name))},'
-                    f'"stack":{stack}}}\n'
-                )
+                rec.emit(nonmember_line(_now(), str(op_name), stack))
         except Exception:
             pass
         if args or kwargs:
@@ -311,11 +308,8 @@ def _prepare_group(
     ranks = [int(r) for r in arguments.get("global_ranks_in_group") or []]
     if ranks and rec.active and c10d.GroupMember.WORLD is not None:
         my_rank = c10d.GroupMember.WORLD.rank()
-        gid = json.dumps(str(arguments.get("group_name"))) if my_rank in ranks else "null"
-        rec.emit(
-            f'{{"k":"newgroup","id":{next(rec.ids)},"t":{_now()},"ranks":{compact(ranks)},'
-            f'"gid":{gid},"stack":{stack}}}\n'
-        )
+        gid = str(arguments.get("group_name")) if my_rank in ranks else None
+        rec.emit(newgroup_line(next(rec.ids), _now(), ranks, gid, stack))
     return bound.args, bound.kwargs, original_backend
 
 

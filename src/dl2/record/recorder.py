@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import os
 import threading
 import time
@@ -18,6 +17,9 @@ from typing import Any
 
 from dl2.notice import notice
 from dl2.record.writer import TraceWriter
+from dl2.trace.schema.encode import done_line
+from dl2.trace.schema.encode import end_line
+from dl2.trace.schema.encode import ret_line
 
 _now = time.monotonic_ns
 
@@ -91,11 +93,12 @@ class Recorder:
             except Exception as err:  # the watchdog is optional
                 notice(f"watchdog not started: {err!r}")
 
-    def emulation(self) -> dict[str, Any] | None:
-        """The header's ``emulate`` object, or None when gloo runs as is."""
+    def emulation(self) -> tuple[int, bool] | None:
+        """The header's ``emulate`` as ``(eager_bytes, fused_batches)``, or None when
+        gloo runs as is."""
         if self.eager_bytes < 0 and self.gate is None:
             return None
-        return {"eager_bytes": max(self.eager_bytes, 0), "fused_batches": self.gate is not None}
+        return max(self.eager_bytes, 0), self.gate is not None
 
     def drain_eager(self, timeout: float) -> None:
         """Wait (bounded) for the eager sends gloo has not delivered yet."""
@@ -119,8 +122,15 @@ class Recorder:
         preceded by any held-back lines."""
         fd = self.fd
         if fd >= 0:
-            if self.tail:
-                line = self._drain() + line
+            tail = self.tail
+            if tail:
+                if len(tail) == 1:  # the common case: a wait's ret, inlined (hot path)
+                    try:
+                        line = tail.popleft() + line
+                    except IndexError:  # drained by another thread meanwhile
+                        pass
+                else:
+                    line = self._drain() + line
             try:
                 os.write(fd, line.encode())
             except OSError as err:
@@ -133,8 +143,7 @@ class Recorder:
         issued, so it can share the next record's write instead of costing a syscall of
         its own; the watchdog and the exit hook flush it when no record follows.
         """
-        tail = f',"src":{src}' if src is not None else ""
-        self.tail.append(f'{{"k":"ret","id":{oid},"t":{_now()}{tail}}}\n')
+        self.tail.append(ret_line(oid, _now(), None, src))
 
     def flush(self) -> None:
         """Write the held-back lines now."""
@@ -143,11 +152,6 @@ class Recorder:
 
     def _drain(self) -> str:
         tail = self.tail
-        if len(tail) == 1:
-            try:
-                return tail.popleft()
-            except IndexError:  # drained by another thread meanwhile
-                return ""
         parts = []
         try:
             while True:
@@ -173,17 +177,11 @@ class Recorder:
 
     def ret(self, oid: int, err: BaseException | None = None, src: int | None = None) -> None:
         """The ``ret`` record of op or wait ``oid``."""
-        if err is not None:
-            self.emit(f'{{"k":"ret","id":{oid},"t":{_now()},"err":{_json_str(_describe(err))}}}\n')
-        elif src is not None:
-            self.emit(f'{{"k":"ret","id":{oid},"t":{_now()},"src":{src}}}\n')
-        else:
-            self.emit(f'{{"k":"ret","id":{oid},"t":{_now()}}}\n')
+        self.emit(ret_line(oid, _now(), _describe(err) if err is not None else None, src))
 
     def done(self, oid: int, src: int | None = None) -> None:
         """The ``done`` record of async op ``oid`` seen complete."""
-        tail = f',"src":{src}' if src is not None else ""
-        self.emit(f'{{"k":"done","id":{oid},"t":{_now()}{tail}}}\n')
+        self.emit(done_line(oid, _now(), src))
 
     def end(self, how: str) -> None:
         """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
@@ -193,7 +191,7 @@ class Recorder:
             if self.ended:
                 return
             self.ended = True
-        self.emit(f'{{"k":"end","t":{_now()},"how":"{how}"}}\n')
+        self.emit(end_line(_now(), how))
 
     # -- pending async works ----------------------------------------------------------
 
@@ -256,15 +254,6 @@ def source_of(work: Any, anysource_ranks: list[int] | None) -> int | None:
 def _describe(err: BaseException) -> str:
     text = f"{type(err).__name__}: {err}"
     return text if len(text) <= 500 else text[:497] + "..."
-
-
-def _json_str(text: str) -> str:
-    return json.dumps(text)
-
-
-def compact(value: Any) -> str:
-    """``value`` as compact JSON (no spaces), for pasting into a record."""
-    return json.dumps(value, separators=(",", ":"))
 
 
 RECORDER: Recorder | None = None

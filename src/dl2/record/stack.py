@@ -13,12 +13,14 @@ triples, innermost first, ready to be pasted into a record.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 import sysconfig
 from types import CodeType
 from types import FrameType
+
+from dl2.trace.schema.encode import frame_json
+from dl2.trace.schema.encode import stack_json
 
 # Frame kinds.
 USER = 0  # the user's code (or any library that is not torch, dl2 or a wrapper)
@@ -128,7 +130,7 @@ def _line_of(code: CodeType, frame: FrameType) -> int:
 def _frame_json(code: CodeType, frame: FrameType, lines: dict[int, str]) -> str:
     """The encoded ``[file, line, function]`` of a user frame (cached per offset)."""
     name = getattr(code, "co_qualname", code.co_name)
-    text = f"[{json.dumps(code.co_filename)},{_line_of(code, frame)},{json.dumps(name)}]"
+    text = frame_json(code.co_filename, _line_of(code, frame), name)
     if len(lines) < 1000:
         lines[frame.f_lasti] = text
     return text
@@ -178,21 +180,20 @@ def user_stack(frame: FrameType | None) -> str:
         entry = cache.get(id(code)) or _entry(code)
         kind = entry[1]
         if kind == USER or (kind == THIRD and len(parts) < MAX_FRAMES):
+            lines = entry[2]
+            text = lines.get(f.f_lasti)  # the encoded frame, cached per offset
+            if text is None:
+                text = _frame_json(code, f, lines)
             if len(parts) >= MAX_FRAMES:
-                parts[-1] = _frame_text(code, f, entry[2])  # the outermost kept: the user's
+                parts[-1] = text  # the outermost kept: the user's
             else:
-                parts.append(_frame_text(code, f, entry[2]))
+                parts.append(text)
             own = own or kind == USER
             if len(parts) >= MAX_FRAMES and own:
                 break
         walked += 1
         f = f.f_back
-    return "[" + ",".join(parts) + "]"
-
-
-def _frame_text(code: CodeType, frame: FrameType, lines: dict[int, str]) -> str:
-    text = lines.get(frame.f_lasti)
-    return text if text is not None else _frame_json(code, frame, lines)
+    return stack_json(parts)
 
 
 _BACKWARD_NAMES = frozenset({"_engine_run_backward", "run_backward"})

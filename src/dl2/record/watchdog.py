@@ -25,9 +25,9 @@ import threading
 import time
 from typing import Any
 
-from dl2.record.recorder import compact
 from dl2.record.stack import user_stack
 from dl2.record.stack import where
+from dl2.trace.schema.encode import state_line
 
 PERIOD_S = 0.2
 QUIET_NS = 300_000_000
@@ -107,10 +107,7 @@ class Watchdog:
             state = (tuple(sorted(pending)), doing, user_stack(frame))
         del frame
         if state != self._last_state or self._last_activity != self._last_state_activity:
-            rec.emit(
-                f'{{"k":"state","t":{time.monotonic_ns()},"pending":{compact(list(state[0]))},'
-                f'"where":"{state[1]}","stack":{state[2]}}}\n'
-            )
+            rec.emit(state_line(time.monotonic_ns(), state[0], state[1], state[2]))
             self._last_state = state
             self._last_state_activity = self._last_activity
         self._last_size = writer.size()

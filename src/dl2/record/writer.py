@@ -15,13 +15,10 @@ import os
 import socket
 import sys
 import time
-from typing import Any
 
 from dl2._version import __version__
-from dl2.trace.format import FORMAT_VERSION
-from dl2.trace.format import MAGIC
-from dl2.trace.format import encode
 from dl2.trace.format import trace_file_name
+from dl2.trace.schema.encode import header_line
 
 
 class TraceWriter:
@@ -33,7 +30,8 @@ class TraceWriter:
         world_size: size of the default group.
         backend: the inner backend the records describe ("gloo").
         torch_version: ``torch.__version__`` (recorded in the header).
-        emulate: the emulated send semantics (``dl2.record.emulate``), or None.
+        emulate: the emulated send semantics (``dl2.record.emulate``) as
+            ``(eager_bytes, fused_batches)``, or None.
 
     Attributes:
         path: the trace file, or None when it could not be opened.
@@ -49,7 +47,7 @@ class TraceWriter:
         world_size: int,
         backend: str = "gloo",
         torch_version: str = "",
-        emulate: dict[str, Any] | None = None,
+        emulate: tuple[int, bool] | None = None,
     ) -> None:
         self.rank = rank
         self.pid = os.getpid()
@@ -64,36 +62,26 @@ class TraceWriter:
             self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             self.path = path
             self.enabled = True
-            header = {
-                "k": "header",
-                "magic": MAGIC,
-                "format": FORMAT_VERSION,
-                "dl2": __version__,
-                "rank": rank,
-                "world_size": world_size,
-                "pid": self.pid,
-                "host": socket.gethostname(),
-                "t0": self.t0,
-                "wall": time.time_ns(),
-                "torch": torch_version,
-                "backend": backend,
-                "argv": list(sys.argv),
-            }
-            if emulate is not None:
-                header["emulate"] = emulate
-            self.write_bytes(encode(header))
+            header = header_line(
+                rank=rank,
+                world_size=world_size,
+                pid=self.pid,
+                host=socket.gethostname(),
+                t0=self.t0,
+                wall=time.time_ns(),
+                dl2=__version__,
+                torch=torch_version,
+                backend=backend,
+                argv=sys.argv,
+                emulate=emulate,
+            )
+            self.write_line(header)
         except OSError as err:
             self.fail(err)
 
-    def write(self, record: dict[str, Any]) -> None:
-        """Append one record (a dict with a ``"k"`` key)."""
-        if self.enabled:
-            try:
-                data = encode(record)
-            except (TypeError, ValueError) as err:  # unencodable: drop the record only
-                print(f"dl2: rank {self.rank}: dropped a record: {err}", file=sys.stderr)
-                return
-            self.write_bytes(data)
+    def write_line(self, line: str) -> None:
+        """Append one record line from :mod:`dl2.trace.schema.encode`."""
+        self.write_bytes(line.encode())
 
     def write_bytes(self, data: bytes) -> None:
         """Append one already-encoded record line (must end with a newline)."""

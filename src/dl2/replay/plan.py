@@ -40,6 +40,7 @@ from dl2.model.ops import Op
 from dl2.model.ops import Timeline
 from dl2.model.program import wait_position
 from dl2.model.program import world_ranks
+from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.session import Session
 
 if TYPE_CHECKING:  # the worker imports this module: keep the analysis out of its start-up
@@ -341,7 +342,7 @@ def _groups(graph: ExecutionGraph, default_gid: str) -> tuple[PlanGroup, ...]:
     record.  Without such records (traces built in tests), from the ``create_group``
     ops, in the order of their first appearance.
     """
-    sequences: dict[int, list[dict[str, Any]]] = {
+    sequences: dict[int, list[NewGroupRecord]] = {
         rank: list(t.newgroups) for rank, t in graph.timelines.items()
     }
     longest = max(sequences.values(), key=len, default=[])
@@ -349,12 +350,12 @@ def _groups(graph: ExecutionGraph, default_gid: str) -> tuple[PlanGroup, ...]:
     seen: set[str] = {default_gid}
     if longest:
         for index, record in enumerate(longest):
-            ranks = record.get("ranks")
+            ranks = record.ranks
             gid = next(
                 (
-                    str(seq[index]["gid"])
+                    str(seq[index].gid)
                     for seq in sequences.values()
-                    if index < len(seq) and seq[index].get("gid") is not None
+                    if index < len(seq) and seq[index].gid is not None
                 ),
                 None,
             )
@@ -362,7 +363,7 @@ def _groups(graph: ExecutionGraph, default_gid: str) -> tuple[PlanGroup, ...]:
                 gid = f"unnamed-{index}" if gid is None else gid
             members = (
                 tuple(int(r) for r in ranks)
-                if isinstance(ranks, list)
+                if ranks is not None
                 else tuple(range(graph.world_size))
             )
             seen.add(gid)

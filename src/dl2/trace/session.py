@@ -15,6 +15,7 @@ from dl2.errors import TraceFormatError
 from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
 from dl2.trace.format import read_trace_file
+from dl2.trace.schema.decode import EndRecord
 
 RUN_META = "run.json"
 
@@ -44,7 +45,7 @@ class Session:
 
     @property
     def world_size(self) -> int:
-        sizes = [t.header["world_size"] for t in self.traces.values()]
+        sizes = [t.header.world_size for t in self.traces.values()]
         return max(sizes) if sizes else 0
 
     @property
@@ -60,7 +61,8 @@ class Session:
         state = self.process_states.get(rank, UNKNOWN)
         if state in (UNKNOWN, ALIVE) and rank in self.traces:
             records = self.traces[rank].records
-            if records and records[-1].get("k") == "end" and records[-1].get("how") == "exit":
+            last = records[-1] if records else None
+            if isinstance(last, EndRecord) and last.how == "exit":
                 return EXITED if state == UNKNOWN else state
         return state
 
@@ -103,7 +105,7 @@ def build_session(
                 f"rank {trace.rank} has several trace files; using "
                 f"{os.path.basename(trace.path)}, the one opened last"
             )
-            if previous.header.get("wall", 0) > trace.header.get("wall", 0):
+            if previous.header.wall > trace.header.wall:
                 continue
         by_rank[trace.rank] = trace
     for rank, trace in sorted(by_rank.items()):

@@ -198,19 +198,16 @@ def recorded_semantics(session: Session) -> Semantics | None:
     disagree).
     """
     headers = [t.header for t in session.traces.values()]
-    if not headers or any(h.get("backend") != "gloo" for h in headers):
+    if not headers or any(h.backend != "gloo" for h in headers):
         return None
-    emulations = [h.get("emulate") for h in headers]
+    emulations = [h.emulate for h in headers]
     if any(e != emulations[0] for e in emulations):
         return None
     emulate = emulations[0]
-    if not isinstance(emulate, dict):
+    if emulate is None:
         return GLOO
-    try:
-        eager_bytes = max(0, int(emulate.get("eager_bytes") or 0))
-    except (TypeError, ValueError):
-        return None
-    fused = bool(emulate.get("fused_batches"))
+    eager_bytes = max(0, emulate.eager_bytes)
+    fused = emulate.fused_batches
     if fused:
         return Semantics("emulated", eager_bytes=eager_bytes, fused_batches_atomic=True)
     return GLOO if eager_bytes == 0 else Semantics("eager", eager_bytes=eager_bytes)

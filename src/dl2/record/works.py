@@ -1,0 +1,226 @@
+"""The works a recording group hands back: recorded waits, eager sends, deferred ops.
+
+:class:`RecordedWork` wraps gloo's work of a recorded async op (its ``wait()`` writes
+``wait`` and ``ret`` records, polls of ``is_completed()`` are noted for the watchdog),
+:class:`EagerWork` is the already-complete work of an emulated eager send, and
+:class:`DeferredWork` the placeholder of a fused-batch op until its batch launches.
+The first and last forward everything else to the real work (:class:`ForwardingWork`).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dl2.record.recorder import Recorder
+from dl2.record.recorder import source_of
+from dl2.record.stack import user_stack
+from dl2.trace.schema.encode import ret_line
+from dl2.trace.schema.encode import wait_line
+
+_getframe = sys._getframe
+_now = time.monotonic_ns
+_tid = threading.get_ident
+
+
+class ForwardingWork(dist.Work):  # type: ignore[misc]
+    """A work that forwards every method to ``_dl2_work`` (set by the subclass).
+
+    The methods ``dist.Work`` defines are forwarded one by one (``__getattr__`` is only
+    reached for names it does not define).
+    """
+
+    _dl2_work: Any
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        work = self._dl2_work
+        return bool(work.wait() if timeout is None else work.wait(timeout))
+
+    def is_completed(self) -> bool:
+        return bool(self._dl2_work.is_completed())
+
+    def is_success(self) -> bool:
+        return bool(self._dl2_work.is_success())
+
+    def exception(self) -> Any:
+        return self._dl2_work.exception()
+
+    def result(self) -> Any:
+        return self._dl2_work.result()
+
+    def synchronize(self) -> Any:
+        return self._dl2_work.synchronize()
+
+    def get_future(self) -> Any:
+        return self._dl2_work.get_future()
+
+    def source_rank(self) -> int:
+        return int(self._dl2_work.source_rank())
+
+    def _source_rank(self) -> int:
+        return int(self._dl2_work._source_rank())
+
+    def get_future_result(self) -> Any:
+        return self._dl2_work.get_future_result()
+
+    def block_current_stream(self) -> Any:
+        return self._dl2_work.block_current_stream()
+
+    def _get_op_type(self) -> Any:
+        return self._dl2_work._get_op_type()
+
+    def _get_duration(self) -> Any:
+        return self._dl2_work._get_duration()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_dl2_"):
+            raise AttributeError(name)
+        return getattr(self._dl2_work, name)
+
+
+class DeferredWork(ForwardingWork):
+    """The work of a fused-batch op, bound to the real work when its batch launches
+    (before ``batch_isend_irecv`` returns); every method forwards to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._dl2_work = None
+
+    def _dl2_bind(self, work: Any) -> None:
+        self._dl2_work = work
+
+
+class RecordedWork(ForwardingWork):
+    """The work of a recorded async op: ``wait()`` is recorded, the rest is forwarded.
+
+    Args:
+        inner: gloo's work.
+        oid: the op record's id.
+        recorder: the process's recorder.
+        anyranks: for a wildcard recv, the group's global ranks (to name the sender).
+        waited: for a blocking P2P op already waited on (and recorded) by the group,
+            the result its wait() returns again without waiting.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        oid: int,
+        recorder: Recorder,
+        anyranks: list[int] | None,
+        waited: bool | None = None,
+    ) -> None:
+        super().__init__()
+        self._dl2_work = inner
+        self._dl2_oid = oid
+        self._dl2_rec = recorder
+        self._dl2_anyranks = anyranks
+        self._dl2_waited = waited
+        self._dl2_poll_stack: str | None = None
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        """Wait for the op, between a ``wait`` and a ``ret`` record; returns gloo's bool."""
+        if self._dl2_waited is not None:
+            return self._dl2_waited
+        inner = self._dl2_work
+        rec = self._dl2_rec
+        if not rec.active:
+            return bool(inner.wait() if timeout is None else inner.wait(timeout))
+        try:
+            wid = next(rec.ids)
+            rec.emit(wait_line(wid, _now(), _tid(), self._dl2_oid, user_stack(_getframe(1))))
+        except Exception:
+            return bool(inner.wait() if timeout is None else inner.wait(timeout))
+        try:
+            ok = inner.wait() if timeout is None else inner.wait(timeout)
+        except BaseException as err:
+            rec.ret(wid, err)
+            raise
+        rec.pending.pop(self._dl2_oid, None)
+        anyranks = self._dl2_anyranks
+        rec.ret_later(wid, source_of(inner, anyranks) if anyranks is not None else None)
+        return bool(ok)
+
+    def is_completed(self) -> bool:
+        completed = bool(self._dl2_work.is_completed())
+        if self._dl2_waited is not None:
+            return completed
+        try:
+            rec = self._dl2_rec
+            if completed:  # seen complete by its owner: record it now, not at the next poll
+                if rec.pending.pop(self._dl2_oid, None) is not None:
+                    rec.done(self._dl2_oid, source_of(self._dl2_work, self._dl2_anyranks))
+            elif self._dl2_oid not in rec.polled:
+                # The user polls it: the watchdog tells a rank spinning on polls apart
+                # from one computing (see Watchdog.tick).
+                stack = self._dl2_poll_stack
+                if stack is None:
+                    stack = self._dl2_poll_stack = user_stack(_getframe(1))
+                rec.polled[self._dl2_oid] = stack
+        except Exception:
+            pass
+        return completed
+
+
+class EagerWork(dist.Work):  # type: ignore[misc]
+    """The work of an eager send: complete for the caller from the start.
+
+    ``wait()`` returns True at once; for an async send, each wait is still recorded
+    (a ``wait`` and its ``ret``), as for any other work.
+
+    Args:
+        oid: the op record's id.
+        recorder: the process's recorder.
+        buffer: the copy gloo sends (also what ``result()`` returns).
+        waited: True for a blocking send, whose wait the group recorded already.
+    """
+
+    def __init__(self, oid: int, recorder: Recorder, buffer: list[Any], waited: bool) -> None:
+        super().__init__()
+        self._dl2_oid = oid
+        self._dl2_rec = recorder
+        self._dl2_buffer = buffer
+        self._dl2_waited = waited
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        if self._dl2_waited:
+            return True
+        rec = self._dl2_rec
+        try:
+            if rec.active:
+                wid = next(rec.ids)
+                t = _now()
+                stack = user_stack(_getframe(1))
+                rec.emit(wait_line(wid, t, _tid(), self._dl2_oid, stack) + ret_line(wid, t))
+        except Exception:
+            pass
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self) -> Any:
+        return None
+
+    def result(self) -> Any:
+        return list(self._dl2_buffer)
+
+    def synchronize(self) -> None:
+        return None
+
+    def get_future(self) -> Any:
+        future: Any = torch.futures.Future()
+        future.set_result(list(self._dl2_buffer))
+        return future
+
+    def block_current_stream(self) -> None:
+        return None

@@ -1,0 +1,255 @@
+"""Typed records: one msgspec struct per record kind, decoded from one trace line.
+
+The structs mirror :mod:`dl2.trace.schema.encode` field by field (the fields are
+documented in :mod:`dl2.trace.schema`).  A field a record may lack has its default here;
+fields this dl2 does not know are ignored, and a record of a kind it does not know
+decodes as an :class:`UnknownRecord`.  A record of a known kind with a field of the
+wrong type is corrupt: :func:`decode_record` raises :class:`CorruptRecord`, which
+:mod:`dl2.trace.format` turns into an error (mid-file) or a truncation note (last line).
+
+Stacks are decoded once, into tuples of :class:`Frame`; :func:`report_frame` is the one
+rule for the line a report names.
+
+For the analysis side only: it imports msgspec, which the recorder never loads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from dl2.trace.schema import FORMAT_VERSION
+from dl2.trace.schema import MAGIC
+from dl2.trace.schema import RECORD_KINDS
+
+
+class CorruptRecord(ValueError):
+    """A line that is not a valid record (or header); the message says why."""
+
+
+# -- stacks ----------------------------------------------------------------------------
+
+
+class Frame(msgspec.Struct, array_like=True, frozen=True, gc=False):
+    """A user source location: ``[file, line, function]`` on the wire."""
+
+    file: str
+    line: int
+    function: str = "?"
+
+
+def is_installed_file(file: str) -> bool:
+    """A file of an installed package (site-packages), not of the user's own code."""
+    return "site-packages" in file or "dist-packages" in file
+
+
+def report_frame(stack: Sequence[Frame]) -> Frame | None:
+    """The line a report names for a stack: the innermost frame of the user's own code,
+    skipping installed packages (a collective issued inside transformers names the
+    script line that called the model); the innermost frame when all are packages'."""
+    for frame in stack:
+        if not is_installed_file(frame.file):
+            return frame
+    return stack[0] if stack else None
+
+
+# -- the header -------------------------------------------------------------------------
+
+
+class Emulation(msgspec.Struct, frozen=True, gc=False):
+    """The header's ``emulate``: the send semantics dl2 emulated on gloo."""
+
+    eager_bytes: int = 0
+    fused_batches: bool = False
+
+
+class Header(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k", tag="header"):
+    """Line 1 of a trace file."""
+
+    magic: str
+    format: int
+    rank: int
+    world_size: int
+    dl2: str = ""
+    pid: int = 0
+    host: str = ""
+    t0: int = 0
+    wall: int = 0
+    torch: str | None = None
+    backend: str | None = None
+    argv: tuple[str, ...] = ()
+    emulate: Emulation | None = None
+
+
+_ANY = msgspec.json.Decoder()
+
+
+def _generic(line: bytes) -> Any:
+    """The line as plain JSON values, or None if it is not JSON."""
+    try:
+        return _ANY.decode(line)
+    except (msgspec.DecodeError, RecursionError):
+        return None
+
+
+def decode_header(line: bytes) -> Header:
+    """The header of a trace file, checked: a dl2 trace of the version this dl2 reads.
+
+    Raises:
+        CorruptRecord: another kind of file, another format version, or a corrupt header.
+    """
+    raw = _generic(line)
+    if not isinstance(raw, dict) or raw.get("magic") != MAGIC:
+        raise CorruptRecord("not a dl2 trace file (no dl2 header on line 1)")
+    version = raw.get("format")
+    if version != FORMAT_VERSION:
+        raise CorruptRecord(
+            f"trace format version {version}, this dl2 reads version {FORMAT_VERSION}; "
+            "analyse it with the dl2 version that recorded it"
+        )
+    if not isinstance(raw.get("rank"), int) or not isinstance(raw.get("world_size"), int):
+        raise CorruptRecord("header lacks rank or world_size")
+    try:
+        return msgspec.convert(raw, Header)
+    except msgspec.ValidationError as err:
+        raise CorruptRecord(f"corrupt header ({err})") from None
+
+
+# -- records ----------------------------------------------------------------------------
+
+
+class _Record(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k"):
+    @property
+    def kind(self) -> str:
+        """The record's kind, its ``"k"``."""
+        return str(type(self).__struct_config__.tag)
+
+
+class OpRecord(_Record, tag="op", frozen=True):
+    """A communication call, written before it is issued."""
+
+    id: int
+    t: int = 0
+    tid: int = 0
+    gid: str = "0"
+    seq: int | None = None
+    op: str = "?"
+    api: str | None = None
+    peer: int | None = None
+    root: int | None = None
+    tag: int | None = None
+    redop: str | None = None
+    dtype: str | None = None
+    count: int | None = None
+    splits: tuple[tuple[int, ...], ...] | None = None
+    ranks: tuple[int, ...] | None = None
+    timeout: float | None = None
+    is_async: bool = msgspec.field(default=False, name="async")
+    batch: int | None = None
+    eager: bool = False
+    deferred: bool = False
+    stack: tuple[Frame, ...] = ()
+
+
+class RetRecord(_Record, tag="ret", frozen=True):
+    """An op or wait ``id`` returned (``err``: it raised; ``src``: a wildcard's sender)."""
+
+    id: int
+    t: int = 0
+    err: str | None = None
+    src: int | None = None
+
+
+class WaitRecord(_Record, tag="wait", frozen=True):
+    """Thread ``tid`` waits on op ``work``."""
+
+    id: int
+    t: int = 0
+    tid: int = 0
+    work: int = -1
+    stack: tuple[Frame, ...] = ()
+
+
+class DoneRecord(_Record, tag="done", frozen=True):
+    """Async op ``id`` was seen complete."""
+
+    id: int
+    t: int = 0
+    src: int | None = None
+
+
+class NewGroupRecord(_Record, tag="newgroup", frozen=True):
+    """A call of new_group (``ranks`` None: all; ``gid`` None: not a member)."""
+
+    id: int = 0
+    t: int = 0
+    ranks: tuple[int, ...] | None = None
+    gid: str | None = None
+    stack: tuple[Frame, ...] = ()
+
+
+class NonMemberRecord(_Record, tag="nonmember", frozen=True):
+    """A collective ``api`` called on a group the rank is not a member of."""
+
+    t: int = 0
+    api: str | None = None
+    stack: tuple[Frame, ...] = ()
+
+
+class StateRecord(_Record, tag="state", frozen=True):
+    """The watchdog's view of a quiet rank."""
+
+    t: int = 0
+    pending: tuple[int, ...] = ()
+    where: str | None = None
+    stack: tuple[Frame, ...] = ()
+
+
+class EndRecord(_Record, tag="end", frozen=True):
+    """The rank shuts down cleanly ("exit" or "destroy")."""
+
+    t: int = 0
+    how: str = "exit"
+
+
+class UnknownRecord(msgspec.Struct, frozen=True, gc=False):
+    """A record of a kind this dl2 does not know (written by a newer one): kept, unread."""
+
+    kind: str
+
+
+KnownRecord = (
+    OpRecord
+    | RetRecord
+    | WaitRecord
+    | DoneRecord
+    | NewGroupRecord
+    | NonMemberRecord
+    | StateRecord
+    | EndRecord
+)
+Record = KnownRecord | UnknownRecord
+
+_RECORD = msgspec.json.Decoder(KnownRecord)
+
+
+def decode_record(line: bytes) -> Record:
+    """One record line (without its newline) as a typed record.
+
+    Raises:
+        CorruptRecord: not a JSON object with a ``"k"``, or a record of a known kind
+            whose fields have the wrong types.
+    """
+    try:
+        record: Record = _RECORD.decode(line)
+    except msgspec.ValidationError as err:
+        raw = _generic(line)
+        kind = raw.get("k") if isinstance(raw, dict) else None
+        if isinstance(kind, str) and kind not in RECORD_KINDS:
+            return UnknownRecord(kind)
+        raise CorruptRecord(str(err)) from None
+    except (msgspec.DecodeError, RecursionError) as err:
+        raise CorruptRecord(str(err)) from None
+    return record

@@ -36,6 +36,7 @@ from dl2.live.watch import watch_job
 from dl2.notice import notice
 from dl2.record.emulate import ENV_BUFFER_SIZE
 from dl2.render import get_renderer
+from dl2.trace.session import ALIVE
 from dl2.trace.session import RUN_META
 
 USAGE = """\
@@ -172,9 +173,7 @@ def _write_meta(
     ranks: dict[str, Any] = {}
     if outcome.report is not None:
         for state in outcome.report.ranks:
-            ranks[str(state.rank)] = {
-                "state": {"exited": "exited", "failed": "failed"}.get(state.status, "alive")
-            }
+            ranks[str(state.rank)] = {"state": state.status.value if state.status.gone else ALIVE}
     meta = {
         "format": 1,
         "command": target,

@@ -17,6 +17,7 @@ from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.deadlock import suspect_stack
 from dl2.live.proof import Snapshot
 from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.stuck import RankStatus
 from dl2.report import Finding
 from dl2.trace.session import ALIVE
 
@@ -35,7 +36,7 @@ def all_stuck(snapshot: Snapshot, states: Mapping[int, str]) -> bool:
     return all(
         rank in timelines and timelines[rank].blocked is not None
         for rank, node in snapshot.wfg.nodes.items()
-        if states.get(rank, ALIVE) == ALIVE and node.status != "no-trace"
+        if states.get(rank, ALIVE) == ALIVE and node.status is not RankStatus.NO_TRACE
     )
 
 

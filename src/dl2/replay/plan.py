@@ -33,6 +33,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
 
+from dl2.documents import check_document
 from dl2.errors import ConfigError
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
@@ -275,10 +276,7 @@ def plan_from_json(data: Any) -> ReplayPlan:
     Raises:
         ConfigError: not a replay plan, or of another format version.
     """
-    if not isinstance(data, dict) or data.get("kind") != "dl2-replay-plan":
-        raise ConfigError("not a dl2 replay plan")
-    if data.get("format") != PLAN_FORMAT:
-        raise ConfigError(f"replay plan format {data.get('format')}, this dl2 reads {PLAN_FORMAT}")
+    data = check_document(data, "dl2-replay-plan", PLAN_FORMAT, "replay plan")
     try:
         return ReplayPlan(
             world_size=int(data["world_size"]),

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,25 @@ from dl2.trace.schema.decode import EndRecord
 
 RUN_META = "run.json"
 
+
 # Process states a launcher or monitor can attest for a rank.
-ALIVE = "alive"  # still running when the trace was read (or killed by dl2 after a verdict)
-EXITED = "exited"  # ended on its own, exit status 0
-FAILED = "failed"  # ended on its own with a non-zero status or a signal
-UNKNOWN = "unknown"  # no launcher information (post-mortem on a bare directory)
+class ProcessState(StrEnum):
+    """What a launcher or monitor can attest of a rank's process (``run.json`` values)."""
+
+    #: still running when the trace was read (or killed by dl2 after a verdict)
+    ALIVE = "alive"
+    #: ended on its own, exit status 0
+    EXITED = "exited"
+    #: ended on its own with a non-zero status or a signal
+    FAILED = "failed"
+    #: no launcher information (post-mortem on a bare directory)
+    UNKNOWN = "unknown"
+
+
+ALIVE = ProcessState.ALIVE
+EXITED = ProcessState.EXITED
+FAILED = ProcessState.FAILED
+UNKNOWN = ProcessState.UNKNOWN
 
 
 @dataclass(frozen=True)

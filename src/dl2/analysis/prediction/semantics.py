@@ -9,10 +9,8 @@ under another backend or configuration depends on a few facts, each a field of
     in the receiver's buffer); a larger send waits until the peer has posted the matching
     receive (rendezvous).  0 means every send is a rendezvous.
 
-    * gloo: 0.  *Measured* with torch 2.13 (design notes, ARCHITECTURE.md
-      "Blocking semantics"): a gloo send
-      blocks until the peer posts the matching recv at every size; a send/send cycle
-      deadlocks at 1 B and at 64 MB.
+    * gloo: 0.  *Measured* with torch 2.13: a gloo send blocks until the peer posts the
+      matching recv at every size; a send/send cycle deadlocks at 1 B and at 64 MB.
     * NCCL: ``NCCL_BUFFSIZE``, 4 MiB by default.  NCCL documentation, environment
       variables (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html,
       NCCL_BUFFSIZE: "the size of the buffer that NCCL uses when communicating data

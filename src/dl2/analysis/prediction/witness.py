@@ -13,6 +13,7 @@ from dataclasses import fields
 from typing import Any
 
 from dl2.analysis.prediction.semantics import Semantics
+from dl2.documents import check_document
 from dl2.errors import ConfigError
 from dl2.report import OpRef
 
@@ -199,12 +200,7 @@ def witness_from_json(data: Any) -> Witness:
     Raises:
         ConfigError: not a witness document, or of another format version.
     """
-    if not isinstance(data, dict) or data.get("kind") != "dl2-witness":
-        raise ConfigError("not a dl2 witness document")
-    if data.get("format") != WITNESS_FORMAT:
-        raise ConfigError(
-            f"witness format {data.get('format')}, this dl2 reads format {WITNESS_FORMAT}"
-        )
+    data = check_document(data, "dl2-witness", WITNESS_FORMAT, "witness document")
     try:
         choices = tuple(
             Choice(

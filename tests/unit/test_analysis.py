@@ -187,6 +187,32 @@ def test_collective_failed_inside_backward_after_peer_exited_is_a_defect():
     assert report.verdict is Verdict.DEFECT
 
 
+def test_a_rank_that_crashes_in_teardown_after_its_program_ended_has_still_left():
+    # GIVEN rank 1 skipped the last all_reduce and exited: its exit hook wrote `end`,
+    # then its process died in interpreter teardown (SIGABRT, seen now and then on gloo),
+    # and rank 0's all_reduce failed when the connection closed
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 8)
+    op_id = r0.issue("all_reduce", 25)
+    r0.wait(op_id, err="Connection closed by peer")
+    r1.call("all_reduce", 8)
+    report = analyze(session([r0, r1.end()], states={0: FAILED, 1: FAILED}))
+    # THEN the verdict is the communication defect, as when rank 1 exits with status 0
+    assert report.verdict is Verdict.DEFECT
+    orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
+    assert orphan.ranks == (0, 1)
+    assert orphan.ops[0].line == 25
+    assert any("rank 1 failed at interpreter exit" in w for w in report.warnings)
+    # AND a rank that failed without ending its program is still a job failure
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 8)
+    op_id = r0.issue("all_reduce", 25)
+    r0.wait(op_id, err="Connection closed by peer")
+    r1.call("all_reduce", 8)
+    report = analyze(session([r0, r1], states={0: FAILED, 1: FAILED}))
+    assert report.verdict is Verdict.JOB_FAILED
+
+
 def test_waiting_on_a_crashed_rank_is_a_job_failure():
     r0, r1 = ranks(2)
     r0.call("all_reduce", 10, complete=False)

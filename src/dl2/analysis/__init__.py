@@ -85,7 +85,9 @@ _DEFECT_KINDS = {
 }
 
 
-def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Verdict:
+def _verdict(
+    wfg: WaitForGraph, findings: list[Finding], any_failed: bool, left: frozenset[int]
+) -> Verdict:
     kinds = {f.kind for f in findings}
     if FindingKind.DEADLOCK in kinds:
         return Verdict.DEADLOCK
@@ -100,10 +102,15 @@ def _verdict(wfg: WaitForGraph, findings: list[Finding], any_failed: bool) -> Ve
         return Verdict.DEFECT
     # A rank that left cleanly while others needed it: gloo fails their ops with
     # "Connection closed by peer" rather than hanging, so this is a defect, not a hang.
+    # Leaving cleanly is the process exiting with status 0 or the trace's ``end`` record
+    # of an ended program: a process that then dies in interpreter teardown (gloo's
+    # threads abort now and then when a peer's op is still open) has still left.
     if any(
         f.kind in (FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING)
         # the ranks that left, not the waiter (the first op's rank)
-        and any(wfg.status(r) is RankStatus.EXITED for r in f.ranks if r != f.ops[0].rank)
+        and any(
+            wfg.status(r) is RankStatus.EXITED or r in left for r in f.ranks if r != f.ops[0].rank
+        )
         for f in findings
     ):
         return Verdict.DEFECT
@@ -166,11 +173,19 @@ def analyze(
         findings.extend(analysis(context))
     any_failed = RankStatus.FAILED in statuses
     warnings = list(session.warnings) + context.notes
+    # ranks whose program ended (the recorder's exit hook ran) whatever their exit status
+    left = frozenset(r for r, tl in graph.timelines.items() if tl.ended == "exit")
+    for rank in sorted(left):
+        if wfg.status(rank) is RankStatus.FAILED:
+            warnings.append(
+                f"rank {rank} failed at interpreter exit, after its program had ended; "
+                "its communication counts as finished"
+            )
     missing = session.missing_ranks()
     if missing:
         warnings.append(f"no trace from rank(s) {', '.join(map(str, missing))}")
     return Report(
-        verdict=_verdict(wfg, findings, any_failed),
+        verdict=_verdict(wfg, findings, any_failed, left),
         findings=tuple(findings),
         ranks=_rank_states(wfg),
         world_size=session.world_size,

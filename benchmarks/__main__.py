@@ -4,11 +4,12 @@ Each suite is a module of this package with ``main(argv) -> int``.  The leading
 arguments name suites; everything from the first option on goes to each of them as is
 (``python -m benchmarks eval --filter send_send --anchors``).  With no suite named, every
 suite runs in turn with the options of a full benchmark (the evaluation with its
-anchors; 35-45 min on 2 cores, depending on the machine's load); ``--quick`` alone
-runs each one's quick subset, without the anchors (about 3.5 min).  Results go to
-stdout; the
-evaluation also appends to ``benchmarks/results/results.jsonl`` and, for a full run,
-rewrites its table in docs/benchmarks.md.
+anchors; 35-45 min on 2 cores, depending on the machine's load, plus about 15 min for
+``scale``); ``--quick`` alone runs each one's quick subset, without the anchors (about
+3.5 min, plus about 2.5 min for ``scale``).  Results go to stdout; the evaluation also
+appends to ``benchmarks/results/results.jsonl`` and, for a full run, rewrites its table
+in docs/benchmarks.md; ``scale`` appends to ``benchmarks/results/scale.jsonl`` (and
+rewrites its section of docs/benchmarks.md with ``--docs``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ SUITES = {
     "eval": "benchmarks.evaluate",
     "online": "benchmarks.online",
     "nondet": "benchmarks.nondeterminism",
+    "scale": "benchmarks.scale",
 }
 #: options a suite gets when it runs as part of the whole benchmark (no suite named)
 FULL_RUN_OPTIONS = {"eval": ["--anchors"]}

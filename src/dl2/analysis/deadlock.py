@@ -249,7 +249,7 @@ def hang_suspect_findings(
     """
     findings: list[Finding] = []
     waited_on: dict[int, list[int]] = {}
-    for rank, node in wfg.nodes.items():
+    for rank, node in wfg.waiting.items():  # the only nodes with targets
         if rank in wfg.deadlocked:
             continue
         for target in node.targets:
@@ -304,7 +304,7 @@ def busy_poll_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
     spinning rank are named with it.
     """
     findings: list[Finding] = []
-    for rank, node in sorted(wfg.nodes.items()):
+    for rank, node in wfg.waiting.items():
         if node.status is not RankStatus.SPINNING or node.blocked is None:
             continue
         polled = list(node.blocked.ops)
@@ -334,7 +334,7 @@ def busy_poll_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
                 + ", yet gloo reports a send/recv work complete only once wait() is called "
                 "on it, so is_completed() stays False",
             )
-        waiters = sorted(r for r, n in wfg.nodes.items() if r != rank and rank in n.targets)
+        waiters = sorted(r for r, n in wfg.waiting.items() if r != rank and rank in n.targets)
         waits = "; ".join(
             f"rank {w} in {phrase(_stuck_op(wfg.nodes[w]))} ({where(_stuck_op(wfg.nodes[w]))})"
             for w in waiters[:3]

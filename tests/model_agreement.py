@@ -9,7 +9,10 @@
   builds the same timelines, matches, wait-for graph, cycle and report;
 * with a window of 0 (every finished unit folded at once), it finds the same deadlock
   set, cycle, blocked ranks and findings (all but the whole-history ones: prediction
-  and fusion, which say instead that they were skipped).
+  and fusion, which say instead that they were skipped);
+* for a deadlock, with any one rank's trace starting at a checkpoint synthesised from
+  its first records (:mod:`checkpoints`), it finds the same deadlock set, cycle and
+  deadlock findings (their lines included) and the same verdict.
 
 ``tests/unit/conftest.py`` runs it on every session the unit tests build with
 ``trace_builders``.
@@ -21,6 +24,7 @@ import random
 from collections.abc import Iterator
 from typing import Any
 
+from checkpoints import resumed
 from dl2.analysis import analyze
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
@@ -35,6 +39,8 @@ from model_oracle import oracle_wait_for
 
 #: findings that need the whole history (a folded model skips them, with a note)
 WHOLE_HISTORY = {FindingKind.POTENTIAL_DEADLOCK}
+#: what a deadlock report says of the deadlock itself
+DEADLOCK_KINDS = {FindingKind.DEADLOCK, FindingKind.ORPHANED_WAIT}
 
 
 def chunks(session: Session, rng: random.Random | None, largest: int) -> Iterator[Any]:
@@ -119,3 +125,28 @@ def check_agreement(session: Session, seed: int = 0) -> None:
     assert [f for f in report.findings if f.kind not in WHOLE_HISTORY] == kept
     if len(kept) == len(expected.findings):
         assert report.verdict == expected.verdict
+    if wfg.deadlocked:
+        check_resumed(session, wfg, expected)
+
+
+def cuts(length: int) -> set[int]:
+    """Where to cut a trace of ``length`` records for a checkpoint."""
+    return {c for c in (1, length // 3, length // 2, 2 * length // 3, length - 1) if 0 < c < length}
+
+
+def check_resumed(session: Session, wfg: WaitForGraph, expected: Report) -> None:
+    """Any one rank resumed from a checkpoint: the same deadlock, lines and verdict."""
+    deadlock = [f for f in expected.findings if f.kind in DEADLOCK_KINDS]
+    for rank, trace in session.traces.items():
+        for cut in sorted(cuts(len(trace.records))):
+            cut_session = resumed(session, rank, cut)
+            if cut_session is None:
+                continue
+            graph = build_execution_graph(cut_session)
+            assert graph.resumed == {rank}
+            found = build_wait_for_graph(cut_session, graph)
+            assert found.deadlocked == wfg.deadlocked, (rank, cut)
+            assert found.shortest_cycle() == wfg.shortest_cycle(), (rank, cut)
+            report = _report(cut_session, graph)
+            assert [f for f in report.findings if f.kind in DEADLOCK_KINDS] == deadlock
+            assert report.verdict == expected.verdict, (rank, cut)

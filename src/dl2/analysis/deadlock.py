@@ -184,11 +184,11 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
     cause is still the peer that left without taking part.
     """
     findings: list[Finding] = []
-    for rank, timeline in sorted(graph.timelines.items()):
+    for rank in sorted(graph.timelines):
         if rank in wfg.deadlocked:
             continue
-        for op in timeline.ops:
-            if op.error is None or op.completed:
+        for op in graph.failed_ops(rank):
+            if op.completed:
                 continue
             clause = clause_for(graph, op)
             gone = [t for t in (clause.targets if clause else ()) if wfg.status(t).gone]

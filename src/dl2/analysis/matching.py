@@ -62,7 +62,7 @@ def _exchange_sizes(op: Op) -> str:
 def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: bool) -> list[Finding]:
     """The first divergence of each group, and collectives a gone rank never issued."""
     findings: list[Finding] = []
-    for gid, slots in graph.slots.items():
+    for gid, slots in graph.divergent_slots().items():
         for slot in slots:
             if not slot.mismatched:
                 continue
@@ -122,9 +122,9 @@ def p2p_findings(graph: ExecutionGraph, job_ended: bool) -> list[Finding]:
     if not job_ended:
         return []
     findings: list[Finding] = []
-    for rank, timeline in sorted(graph.timelines.items()):
-        for op in timeline.ops:
-            if op.kind != "p2p" or op_key(op) in graph.p2p_partner or op.completed:
+    for rank in sorted(graph.timelines):
+        for op in graph.p2p_ops(rank):
+            if op_key(op) in graph.p2p_partner or op.completed:
                 continue
             findings.append(
                 Finding(
@@ -146,8 +146,8 @@ def p2p_mismatch_findings(graph: ExecutionGraph) -> list[Finding]:
     same-size dtype difference; either way the pair is wrong.
     """
     findings: list[Finding] = []
-    for rank, timeline in sorted(graph.timelines.items()):
-        for send in timeline.ops:
+    for rank in sorted(graph.timelines):
+        for send in graph.p2p_ops(rank):
             if send.op != "send":
                 continue
             recv = graph.p2p_partner.get(op_key(send))

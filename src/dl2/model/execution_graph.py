@@ -16,6 +16,7 @@ in the size of the world.  Reading a view after its model was fed more records r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -214,6 +215,31 @@ class ExecutionGraph:
     def slot_of(self, op: Op) -> CollectiveSlot | None:
         where = self.collective_slot.get(op_key(op))
         return self.slot_at(*where) if where else None
+
+    def divergent_slots(self) -> dict[str, tuple[CollectiveSlot, ...]]:
+        """Per group (ascending), its slots that are mismatched or miss a member, in
+        order: the only slots a finding names.  A glance at each slot kept; only these
+        are built."""
+        self.check()
+        matcher = self._model.matcher
+        found = {}
+        for gid in sorted(matcher.slots):
+            slots = (self.slot_at(gid, index) for index in matcher.unsettled(gid))
+            found[gid] = tuple(s for s in slots if s is not None and (s.mismatched or s.missing))
+        return found
+
+    def failed_ops(self, rank: int) -> tuple[Op, ...]:
+        """The rank's ops that raised, in program order."""
+        return self._ops(rank, lambda st: st.error is not None)
+
+    def p2p_ops(self, rank: int) -> tuple[Op, ...]:
+        """The rank's sends and receives, in program order."""
+        return self._ops(rank, lambda st: st.rec.op in ("send", "recv"))
+
+    def _ops(self, rank: int, keep: Callable[[OpState], bool]) -> tuple[Op, ...]:
+        self.check()
+        model = self._model.rank_model(rank)
+        return tuple(st.op() for st in model.ops.values() if keep(st)) if model else ()
 
     def group_members(self, gid: str) -> tuple[int, ...]:
         """The members of a group; a group no trace created is taken as the world."""

@@ -22,6 +22,7 @@ When a rank has several trace files (it was restarted), the newest (its header's
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,9 @@ from dl2.model.rank_state import OpState
 from dl2.model.rank_state import RankModel
 from dl2.trace.format import RankTrace
 from dl2.trace.schema.decode import Header
+from dl2.trace.session import Session
+from dl2.trace.stream import CHUNK_BYTES
+from dl2.trace.stream import stream_session
 
 #: ops kept before finished history is folded (the deadlock prediction's bound)
 DEFAULT_WINDOW = 200_000
@@ -181,3 +185,19 @@ def build_timeline(trace: RankTrace) -> Timeline:
     model = Model(window=None)
     model.feed(trace.path, trace.header, trace.records, trace.truncated)
     return model.graph().timelines[trace.rank]
+
+
+def stream_run(
+    run_dir: str | os.PathLike[str],
+    window: int | None = DEFAULT_WINDOW,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> tuple[Session, ExecutionGraph]:
+    """Read a run directory through a model, chunk by chunk (post-mortem analysis):
+    its session (headers, process states, warnings) and execution graph.
+
+    Raises:
+        NoDataError, TraceFormatError: as :func:`dl2.trace.session.load_session`.
+    """
+    model = Model(window=window)
+    session = stream_session(run_dir, model.feed, model.forget, chunk_bytes)
+    return session, model.graph()

@@ -226,10 +226,11 @@ class Matcher:
         """A new op (``pos``: a resumed collective's recorded position)."""
         rec = st.rec
         self.retained += 1
-        if rec.op in _P2P:
+        op = rec.op
+        if op == "send" or op == "recv":
             self._add_p2p(st)
             return
-        if rec.op == "create_group":
+        if op == "create_group":
             self._create(rec.gid, st.rank, rec.ranks)
             return
         gid, rank = rec.gid, st.rank
@@ -284,17 +285,26 @@ class Matcher:
     def done(self, st: OpState) -> None:
         """An op completed: queue its slot or channel for folding once all of it did."""
         rec = st.rec
-        if rec.op in _P2P:
+        op = rec.op
+        if op == "send" or op == "recv":
             chan = self._channel(st)
             if chan is not None and not chan.queued:
                 chan.queued = True
                 self._queue.append(chan)
             return
-        slot = self.slots.get(rec.gid, {}).get(st.pos)
+        gid = rec.gid
+        group = self.slots.get(gid)
+        slot = group.get(st.pos) if group is not None else None
         if slot is None or slot.queued:
             return
         slot.done += 1
-        if slot.done >= len(slot.ops) and self._finished(slot):
+        have = len(slot.ops)
+        if slot.done < have:
+            return
+        members = self._members.get(gid)
+        if members is None:
+            members = self.members(gid)
+        if (have >= len(members) or gid in self._bases) and self._finished(slot):
             slot.queued = True
             self._queue.append(slot)
 
@@ -323,12 +333,7 @@ class Matcher:
         return all(st.done for st in ops.values())
 
     def _mismatched(self, slot: _Slot) -> bool:
-        recs = [st.rec for st in slot.ops.values()]
-        first = recs[0]
-        same = (first.op, first.root, first.redop, first.dtype, first.count, first.splits)
-        if first.op not in EXCHANGE_OPS and all(
-            (r.op, r.root, r.redop, r.dtype, r.count, r.splits) == same for r in recs
-        ):
+        if not self._varied(slot):
             return False
         return bool(
             differing_fields({st.rank: st.rec for st in slot.ops.values()}, self.members(slot.gid))
@@ -472,6 +477,30 @@ class Matcher:
         bases = self._bases.get(gid, {})
         missing = tuple(r for r in members if r not in ops and bases.get(r, 0) <= pos)
         return CollectiveSlot(gid, pos, ops, missing, differing_fields(ops, members))
+
+    def unsettled(self, gid: str) -> list[int]:
+        """The positions of a group's slots kept that may be mismatched or miss a
+        member, ascending (a superset: every other slot is full and uniform)."""
+        members = len(self.members(gid))
+        bases = self._bases.get(gid)
+        found = []
+        for pos, slot in self.slots[gid].items():
+            ops = slot.ops
+            if len(ops) < members or bases or self._varied(slot):
+                found.append(pos)
+        found.sort()
+        return found
+
+    @staticmethod
+    def _varied(slot: _Slot) -> bool:
+        """Whether the slot's ops may disagree: not all recorded alike (an all_to_all's
+        sizes are always checked)."""
+        recs = [st.rec for st in slot.ops.values()]
+        first = recs[0]
+        if first.op in EXCHANGE_OPS:
+            return True
+        same = (first.op, first.root, first.redop, first.dtype, first.count, first.splits)
+        return any((r.op, r.root, r.redop, r.dtype, r.count, r.splits) != same for r in recs)
 
     def partner(self, st: OpState, read: dict[Mailbox, dict[OpKey, OpState]]) -> OpState | None:
         """The op that meets a send or receive, if any (``read``: the wildcard matches

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 from typing import Protocol
 
 from dl2.model.checkpoint import CheckpointRecord
@@ -82,10 +83,17 @@ class OpState:
         return self.src is None and self.rec.peer is None and self.rec.op == "recv"
 
     def op(self) -> Op:
+        """The :class:`Op` of the moment (built once per change).
+
+        Built without ``Op.__init__``, whose frozen checks cost 8 times the rest: every
+        field is set here (``tests/unit/test_incremental.py`` checks that none is
+        forgotten), and an ``Op`` stays immutable once built.
+        """
         op = self.cached
         if op is None:
             rec = self.rec
-            op = self.cached = Op(
+            op = self.cached = _new(Op)
+            op.__dict__.update(
                 rank=self.rank,
                 id=rec.id,
                 op=rec.op,
@@ -114,6 +122,9 @@ class OpState:
                 deferred=rec.deferred,
             )
         return op
+
+
+_new = object.__new__
 
 
 class Sink(Protocol):
@@ -162,75 +173,105 @@ class RankModel:
     # -- records -----------------------------------------------------------------------
 
     def feed(self, records: Iterable[ModelRecord]) -> None:
-        """Apply records that follow the ones fed so far."""
+        """Apply records that follow the ones fed so far.
+
+        The hot path (op, ret, wait) is written out here, with the record's class
+        compared once: it runs for every record of every trace.
+        """
         ops = self.ops
         waits = self.waits
         calls = self.open_calls
         sink = self.sink
         rank = self.rank
         at = self.n_records
+        n_ops = self.n_ops
+        active = self.activity_at
         for rec in records:
-            if isinstance(rec, OpRecord):
-                st = OpState(rec, rank, self.n_ops)
-                self.n_ops += 1
+            kind = type(rec)
+            if kind is OpRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, OpRecord)
+                st = OpState(rec, rank, n_ops)
+                n_ops += 1
                 ops[rec.id] = st
                 calls[rec.id] = None
-                self.activity_at = at
+                active = at
                 sink.add(st)
-            elif isinstance(rec, RetRecord):
-                self._ret(rec)
-                self.activity_at = at
-            elif isinstance(rec, WaitRecord):
+            elif kind is RetRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, RetRecord)
+                rid = rec.id
+                calls.pop(rid, None)
+                work = waits.pop(rid, None)
+                target = ops.get(rid if work is None else work)
+                active = at
+                if target is None:
+                    pass
+                elif work is None:
+                    self._returned(target, rec.err)
+                elif rec.err:
+                    target.error = rec.err
+                    target.cached = None
+                elif rec.src is None and target.issued and not target.completed:
+                    target.completed = True  # the common case: a wait returned
+                    target.cached = None
+                    if target.error is None:
+                        sink.done(target)
+                else:
+                    self._complete(target, rec.src)
+            elif kind is WaitRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, WaitRecord)
                 waits[rec.id] = rec.work
                 target = ops.get(rec.work)
                 if target is not None and target.waited_at is None:
-                    target.waited_at = self.n_ops
+                    target.waited_at = n_ops
                     target.cached = None
                 calls[rec.id] = None
-                self.activity_at = at
-            elif isinstance(rec, DoneRecord):
+                active = at
+            elif kind is DoneRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, DoneRecord)
                 target = ops.get(rec.id)
                 if target is not None:
                     self._complete(target, rec.src)
-            elif isinstance(rec, StateRecord):
+            elif kind is StateRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, StateRecord)
                 self.last_state = rec
                 self.state_at = at
-            elif isinstance(rec, NewGroupRecord):
+            elif kind is NewGroupRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, NewGroupRecord)
                 self.newgroups.append(rec)
-            elif isinstance(rec, NonMemberRecord):
+            elif kind is NonMemberRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, NonMemberRecord)
                 self.nonmember.append(rec)
-            elif isinstance(rec, EndRecord):
+            elif kind is EndRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, EndRecord)
                 self.ended = rec.how
-            elif isinstance(rec, CheckpointRecord):
-                self.n_records = at
+            elif kind is CheckpointRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, CheckpointRecord)
+                self.n_records, self.n_ops, self.activity_at = at, n_ops, active
                 self._checkpoint(rec)
                 ops, waits, calls = self.ops, self.waits, self.open_calls
+                n_ops, active = self.n_ops, self.activity_at
             at += 1
         self.n_records = at
+        self.n_ops = n_ops
+        self.activity_at = active
 
-    def _ret(self, rec: RetRecord) -> None:
-        rid = rec.id
-        self.open_calls.pop(rid, None)
-        work = self.waits.pop(rid, None)
-        if work is not None:
-            target = self.ops.get(work)
-            if target is None:
-                return
-            if rec.err:
-                target.error = rec.err
-                target.cached = None
-            else:
-                self._complete(target, rec.src)
-            return
-        st = self.ops.get(rid)
-        if st is None:
-            return
+    def _returned(self, st: OpState, err: str | None) -> None:
+        """An op's call returned: it is issued (complete, for some ops)."""
         was = st.done
         st.issued = True
         st.cached = None
         op = st.rec
-        if rec.err:
-            st.error = rec.err
+        if err:
+            st.error = err
         elif op.eager or (not op.is_async and op.op in _COMPLETE_ON_RETURN):
             st.completed = True  # an eager send completes on issue
         if not was and st.done:

@@ -1,21 +1,28 @@
 """The model at scale: post-mortem records/s and peak memory, and the live verdict after a
 long history.
 
-Run ``python -m benchmarks model [--quick] [--only=history,world,live]``
-(``OMP_NUM_THREADS=1``).  Every trace is synthetic, written with the test builders
-(``tests/trace_builders.py``) and flushed to disk as it grows:
+Run ``python -m benchmarks model [--quick] [--only=history,world,live,run]
+[--history=N,...] [--world=W,...] [--live=N,...] [--run=N,...]`` (``OMP_NUM_THREADS=1``;
+each part runs its sizes, by default three; ``--quick``: the first only).  Every trace
+is synthetic, written with the test builders (``tests/trace_builders.py``) and flushed to
+disk as it grows:
 
 * **history**: 8 ranks, each issuing N healthy blocking ``all_reduce`` calls (op, ret,
-  wait, ret: 4 records each), then a send/send ring deadlock; N doubles from run to run.
+  wait, ret: 4 records each), then a send/send ring deadlock (N: 25k, 50k, 100k).
 * **world**: W ranks of 100 ``all_reduce`` calls each, then the same ring deadlock over
-  all W ranks (its cycle is W ranks long); W doubles from run to run.
+  all W ranks (its cycle is W ranks long; W: 512, 1024, 2048).
 * **live**: the monitor (:class:`dl2.live.monitor.Monitor`, driven poll by poll on a fake
   job, as in ``tests/unit/test_live.py``) first reads 2 ranks' history of N all_reduce
   calls, then both ranks block in a send to each other: the figure is the wall time
   from that last append to the proven verdict, and the CPU time of those polls.
+* **run**: a real job, ``dl2 run -n 2 online_cases/long_send_send.py`` with N healthy
+  ``all_reduce`` calls before its send/send deadlock: the verdict latency as the online
+  benchmark measures it (``verdict_wall_time`` minus the later rank's stamp just
+  before its send), and the monitor's own ``detected_after``.
 
 ``dl2 analyze`` runs in a fresh process per trace (``--json``, exit status 3 expected);
-records/s is the records of all ranks over its wall time, peak RSS its ``ru_maxrss``.
+records/s is the records of all ranks over its wall time (and over its CPU time, which
+a loaded machine disturbs less), peak RSS its ``ru_maxrss``.
 """
 
 from __future__ import annotations
@@ -62,13 +69,15 @@ def write_ring_job(directory: Path, world: int, ops: int) -> int:
     return total
 
 
-#: runs ``dl2 analyze`` in this process and writes its peak RSS (KiB) to argv[1]
+#: runs ``dl2 analyze`` in this process and writes its peak RSS (KiB) and CPU seconds
+#: to argv[1]
 _MEASURED = (
     "import resource, sys\n"
     "from dl2.cli import main\n"
     "code = main(sys.argv[2:])\n"
+    "use = resource.getrusage(resource.RUSAGE_SELF)\n"
     "with open(sys.argv[1], 'w') as f:\n"
-    "    f.write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))\n"
+    "    f.write(f'{use.ru_maxrss} {use.ru_utime + use.ru_stime}')\n"
     "sys.exit(code)\n"
 )
 
@@ -89,7 +98,8 @@ def analyze_run(directory: Path) -> dict[str, object]:
     if proc.returncode != 3:
         raise SystemExit(f"dl2 analyze exited {proc.returncode}: {proc.stderr[-2000:]}")
     verdict = json.loads(out.read_text())["verdict"]
-    return {"seconds": seconds, "rss_mib": int(rss.read_text()) / 1024, "verdict": verdict}
+    peak, cpu = rss.read_text().split()
+    return {"seconds": seconds, "cpu": float(cpu), "rss_mib": int(peak) / 1024, "verdict": verdict}
 
 
 def trace_bytes(directory: Path) -> int:
@@ -110,7 +120,9 @@ def post_mortem(shapes: list[tuple[int, int]]) -> list[dict[str, object]]:
                 "records": records,
                 "trace_mib": round(size / 2**20, 1),
                 "seconds": round(float(result["seconds"]), 2),
+                "cpu_s": round(float(result["cpu"]), 2),
                 "records_per_s": round(records / float(result["seconds"])),
+                "records_per_cpu_s": round(records / float(result["cpu"])),
                 "peak_rss_mib": round(float(result["rss_mib"])),
                 "verdict": result["verdict"],
             }
@@ -175,31 +187,73 @@ def live_latency(history: list[int]) -> list[dict[str, object]]:
     return rows
 
 
-def option(argv: list[str], name: str, default: int) -> int:
-    """``--NAME=N`` from the arguments (the first size of a series), else ``default``."""
+def real_runs(history: list[int]) -> list[dict[str, object]]:
+    """Verdict latency of a real 2-rank job after N all_reduce calls (``dl2 run``)."""
+    import os
+
+    from benchmarks._harness import kill_group
+    from benchmarks._harness import start_logged
+    from benchmarks.online import BLOCK
+    from benchmarks.online import CASES
+
+    rows: list[dict[str, object]] = []
+    for steps in history:
+        with tempfile.TemporaryDirectory(prefix="dl2-run-") as tmp:
+            run_dir = Path(tmp) / "run"
+            env = dict(os.environ, OMP_NUM_THREADS="1", DL2_BENCH_STEPS=str(steps))
+            command = [str(DL2), "run", "--run-dir", str(run_dir), "-n", "2"]
+            log = Path(tmp) / "log"
+            started = time.monotonic()
+            with log.open("wb") as out:
+                proc = start_logged([*command, "long_send_send.py"], out, env, CASES)
+                try:
+                    code = proc.wait(timeout=1800)
+                finally:
+                    kill_group(proc.pid)
+                    proc.wait()
+            meta = json.loads((run_dir / "run.json").read_text())
+            stamps = [float(t) for _, t in BLOCK.findall(log.read_text(errors="replace"))]
+            wall = meta.get("verdict_wall_time")
+            row = {
+                "ops_per_rank": steps,
+                "exit": code,
+                "run_s": round(time.monotonic() - started, 1),
+                "latency_s": round(wall - max(stamps), 3) if wall and stamps else None,
+                "detected_after_s": meta.get("detected_after"),
+                "trace_mib": round(sum(p.stat().st_size for p in run_dir.glob("*.jsonl")) / 2**20),
+            }
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def sizes(argv: list[str], name: str, default: list[int], quick: bool) -> list[int]:
+    """``--NAME=N[,N...]`` from the arguments, else ``default`` (``--quick``: the first)."""
     prefix = f"--{name}="
-    return next((int(a[len(prefix) :]) for a in argv if a.startswith(prefix)), default)
+    given = next((a[len(prefix) :] for a in argv if a.startswith(prefix)), None)
+    found = [int(n) for n in given.split(",")] if given else default
+    return found[:1] if quick else found
 
 
 def main(argv: list[str]) -> int:
     quick = "--quick" in argv
     only = next((a.split("=", 1)[1] for a in argv if a.startswith("--only=")), None)
-    parts = set(only.split(",")) if only else {"history", "world", "live"}
+    parts = set(only.split(",")) if only else {"history", "world", "live", "run"}
     if shutil.which(str(DL2)) is None:
         print(f"no {DL2}: run `make install` first")
         return 2
     if "history" in parts:
         print("== post-mortem, history: 8 ranks x N all_reduce, then a ring deadlock")
-        base = option(argv, "history", 25_000 if quick else 100_000)
-        post_mortem([(8, base), (8, 2 * base), (8, 4 * base)])
+        post_mortem([(8, n) for n in sizes(argv, "history", [25_000, 50_000, 100_000], quick)])
     if "world" in parts:
         print("== post-mortem, world: W ranks x 100 all_reduce, then a W-rank ring deadlock")
-        base = option(argv, "world", 512 if quick else 2048)
-        post_mortem([(base, 100), (2 * base, 100), (4 * base, 100)])
+        post_mortem([(w, 100) for w in sizes(argv, "world", [512, 1024, 2048], quick)])
     if "live" in parts:
         print("== live: 2 ranks x N all_reduce, then a send/send deadlock")
-        first = option(argv, "live", 20_000)
-        live_latency([first] if quick else [first, 5 * first, 50 * first])
+        live_latency(sizes(argv, "live", [20_000, 100_000, 1_000_000], quick))
+    if "run" in parts:
+        print("== run: dl2 run -n 2, N all_reduce, then a send/send deadlock")
+        real_runs(sizes(argv, "run", [2_000, 20_000, 100_000], quick))
     return 0
 
 

@@ -123,7 +123,8 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
             if len(cycle) > 1
             else f"Rank {cycle[0]} waits on itself forever"
         )
-        extra = [r for r in members if r not in cycle]
+        on_cycle = set(cycle)
+        extra = [r for r in members if r not in on_cycle]
         tail = (
             f"; {rank_list(extra)} wait{'s' if len(extra) == 1 else ''} on this cycle too"
             if extra

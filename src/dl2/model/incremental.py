@@ -71,6 +71,7 @@ class Model:
         self._files: dict[str, _File] = {}
         self._ranks: dict[int, str] = {}  # rank -> the key of its file
         self.world_size = 0  # the largest world size of the ranks' headers
+        self._models: dict[int, RankModel] = {}  # rank -> the model of its file
 
     # -- feeding -----------------------------------------------------------------------
 
@@ -110,7 +111,7 @@ class Model:
         if current is None or self._files[current].header.wall <= header.wall:
             if current is not None:
                 self._leave(current)
-            entry.rank_model = RankModel(rank, self.matcher)
+            entry.rank_model = self._models[rank] = RankModel(rank, self.matcher)
             self._ranks[rank] = key
             if current is not None or header.world_size > self.world_size:
                 self._sizes()
@@ -134,6 +135,7 @@ class Model:
             self.matcher.remove_rank(rank, entry.rank_model.ops.values())
             self.waiting.discard(rank)
             entry.rank_model = None
+            del self._models[rank]
 
     def _sizes(self) -> None:
         heads = (self._files[k].header.world_size for k in self._ranks.values())
@@ -141,9 +143,7 @@ class Model:
         self.matcher.set_world(self.world_size)
 
     def _drop(self, st: OpState) -> None:
-        rank_model = self.rank_model(st.rank)
-        if rank_model is not None:
-            rank_model.ops.pop(st.rec.id, None)
+        self._models[st.rank].ops.pop(st.rec.id, None)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -152,8 +152,7 @@ class Model:
         return list(self._ranks)
 
     def rank_model(self, rank: int) -> RankModel | None:
-        key = self._ranks.get(rank)
-        return self._files[key].rank_model if key is not None else None
+        return self._models.get(rank)
 
     def truncated(self, rank: int) -> bool:
         key = self._ranks.get(rank)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field
+from functools import cached_property
 
 from dl2.trace.schema.decode import Frame as Frame  # re-exported: the model's frames
 from dl2.trace.schema.decode import NewGroupRecord
@@ -118,13 +120,14 @@ class Blocked:
     how: str
 
 
+@dataclass(frozen=True, eq=False)
 class Timeline:
     """One rank's ops in program order and its final blocking state.
 
     ``ops`` are the ops the model keeps of the rank: every op, unless the history was
     folded (:mod:`dl2.model.incremental`) or the trace starts at a checkpoint; they are
-    built on first use, so that reading a rank's state (``blocked``, ``ended``,
-    ``last_state``) costs nothing in the length of its history.
+    built from ``source`` on first use, so that reading a rank's state (``blocked``,
+    ``ended``, ``last_state``) costs nothing in the length of its history.
 
     Attributes:
         rank: the rank.
@@ -134,62 +137,37 @@ class Timeline:
         last_state: its watchdog's latest ``state`` record.
         record_count: records read of its trace.
         truncated: its trace ends in a partial record.
+        source: the ops, or what builds them.
     """
 
-    __slots__ = (
-        "_by_id",
-        "_ops",
-        "_source",
-        "blocked",
-        "ended",
-        "last_state",
-        "newgroups",
-        "nonmember_calls",
-        "rank",
-        "record_count",
-        "truncated",
-    )
+    rank: int
+    blocked: Blocked | None
+    ended: str | None
+    newgroups: tuple[NewGroupRecord, ...] = ()
+    nonmember_calls: tuple[NonMemberRecord, ...] = ()
+    last_state: StateRecord | None = None
+    record_count: int = 0
+    truncated: bool = False
+    source: tuple[Op, ...] | Callable[[], tuple[Op, ...]] = field(default=(), repr=False)
 
-    def __init__(
-        self,
-        rank: int,
-        ops: tuple[Op, ...] | Callable[[], tuple[Op, ...]],
-        blocked: Blocked | None,
-        ended: str | None,
-        newgroups: tuple[NewGroupRecord, ...] = (),
-        nonmember_calls: tuple[NonMemberRecord, ...] = (),
-        last_state: StateRecord | None = None,
-        record_count: int = 0,
-        truncated: bool = False,
-    ) -> None:
-        self.rank = rank
-        self._ops = ops if isinstance(ops, tuple) else None
-        self._source = None if isinstance(ops, tuple) else ops
-        self._by_id: dict[int, Op] | None = None
-        self.blocked = blocked
-        self.ended = ended
-        self.newgroups = newgroups
-        self.nonmember_calls = nonmember_calls
-        self.last_state = last_state
-        self.record_count = record_count
-        self.truncated = truncated
-
-    @property
+    @cached_property
     def ops(self) -> tuple[Op, ...]:
-        if self._ops is None:
-            assert self._source is not None
-            self._ops = self._source()
-            self._source = None
-        return self._ops
+        return self.source if isinstance(self.source, tuple) else self.source()
 
-    @property
+    @cached_property
     def by_id(self) -> dict[int, Op]:
         """op id -> op, of the ops kept."""
-        if self._by_id is None:
-            self._by_id = {op.id: op for op in self.ops}
-        return self._by_id
+        return {op.id: op for op in self.ops}
 
-    def _fields(self) -> tuple[object, ...]:
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Timeline):
+            return NotImplemented
+        return self._compared() == other._compared()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def _compared(self) -> tuple[object, ...]:
+        """What equality compares: every field, with the ops in place of their source."""
         return (
             self.rank,
             self.ops,
@@ -200,17 +178,4 @@ class Timeline:
             self.last_state,
             self.record_count,
             self.truncated,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Timeline):
-            return NotImplemented
-        return self._fields() == other._fields()
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return (
-            f"Timeline(rank={self.rank}, ops={len(self.ops)}, blocked={self.blocked!r}, "
-            f"ended={self.ended!r})"
         )

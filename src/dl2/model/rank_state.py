@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 from typing import Protocol
 
+import msgspec
+
 from dl2.model.checkpoint import CheckpointRecord
 from dl2.model.checkpoint import ModelRecord
 from dl2.model.ops import Blocked
@@ -39,38 +41,28 @@ from dl2.trace.schema.decode import WaitRecord
 _COMPLETE_ON_RETURN = frozenset({"create_group", "monitored_barrier"})
 
 
-class OpState:
+class OpState(msgspec.Struct, gc=False):
     """One op of a rank: its record and what the records after it say of it.
 
     ``issued`` means the call returned; ``completed`` that a wait on it returned or the
     watchdog saw it done; ``pos`` is a collective's position on its group (set by the
     matcher).  :meth:`op` is the immutable :class:`~dl2.model.ops.Op` of the moment.
+
+    A struct the garbage collector does not track (``gc=False``; it takes part in no
+    reference cycle): the model keeps up to its window of them, and tracking them made
+    each collection scan them all.  Compared by identity, never by value.
     """
 
-    __slots__ = (
-        "cached",
-        "completed",
-        "error",
-        "index",
-        "issued",
-        "pos",
-        "rank",
-        "rec",
-        "src",
-        "waited_at",
-    )
-
-    def __init__(self, rec: OpRecord, rank: int, index: int) -> None:
-        self.rec = rec
-        self.rank = rank
-        self.index = index
-        self.pos = -1
-        self.issued = False
-        self.completed = False
-        self.error: str | None = None
-        self.src: int | None = None
-        self.waited_at: int | None = None
-        self.cached: Op | None = None
+    rec: OpRecord
+    rank: int
+    index: int
+    pos: int = -1
+    issued: bool = False
+    completed: bool = False
+    error: str | None = None
+    src: int | None = None
+    waited_at: int | None = None
+    cached: Op | None = None
 
     @property
     def done(self) -> bool:
@@ -133,6 +125,8 @@ class Sink(Protocol):
     def add(self, st: OpState) -> None: ...
 
     def done(self, st: OpState) -> None: ...
+
+    def undone(self, st: OpState) -> None: ...
 
     def resolved(self, st: OpState) -> None: ...
 
@@ -210,6 +204,8 @@ class RankModel:
                 elif work is None:
                     self._returned(target, rec.err)
                 elif rec.err:
+                    if target.done:
+                        sink.undone(target)
                     target.error = rec.err
                     target.cached = None
                 elif rec.src is None and target.issued and not target.completed:
@@ -276,6 +272,8 @@ class RankModel:
             st.completed = True  # an eager send completes on issue
         if not was and st.done:
             self.sink.done(st)
+        elif was and not st.done:
+            self.sink.undone(st)
 
     def _complete(self, st: OpState, src: int | None) -> None:
         was = st.done
@@ -384,7 +382,7 @@ class RankModel:
 
         return Timeline(
             rank=self.rank,
-            ops=ops,
+            source=ops,
             blocked=self.blocked(),
             ended=self.ended,
             newgroups=tuple(self.newgroups),

@@ -33,8 +33,13 @@ from dl2.trace.session import build_session
 from dl2.trace.session import discover_trace_files
 from dl2.trace.session import run_states
 
-#: bytes read of one file at a time
+#: bytes read of one file at a time, at most
 CHUNK_BYTES = 1 << 20
+#: bytes read of all files in one round: many files are read in smaller chunks, so that
+#: the ranks still advance together (and the sink can fold what they all finished)
+ROUND_BYTES = 16 << 20
+#: bytes read of one file at a time, at least (unless ``chunk_bytes`` is smaller)
+MIN_CHUNK_BYTES = 4 << 10
 
 #: takes (file, its header, new records, truncation note once the file is read through)
 Sink = Callable[[str, Header, Sequence[Record], str | None], None]
@@ -99,6 +104,8 @@ def stream_session(
     Args:
         sink: takes each chunk's records of a file, in file order.
         forget: called with a file that turned out corrupt after some of it was sunk.
+        chunk_bytes: the most read of one file at a time (with many files, less: all
+            of them together read :data:`ROUND_BYTES` a round).
 
     Raises:
         NoDataError: no directory, or no trace file in it.
@@ -122,9 +129,10 @@ def stream_session(
         options.sort(key=lambda r: r.header.wall, reverse=True)
     reading = [options.pop(0) for options in choices.values()]
     while reading:
+        size = min(chunk_bytes, max(MIN_CHUNK_BYTES, ROUND_BYTES // len(reading)))
         for reader in list(reading):
             try:
-                records = reader.read(chunk_bytes)
+                records = reader.read(size)
             except TraceFormatError as err:
                 errors[reader.name] = str(err)
                 forget(reader.name)

@@ -25,6 +25,7 @@ SUITES = {
     "online": "benchmarks.online",
     "nondet": "benchmarks.nondeterminism",
     "scale": "benchmarks.scale",
+    "model": "benchmarks.model_scale",
 }
 #: options a suite gets when it runs as part of the whole benchmark (no suite named)
 FULL_RUN_OPTIONS = {"eval": ["--anchors"]}

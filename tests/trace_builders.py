@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,13 +224,23 @@ def ranks(world: int, file: str = "train.py") -> list[RankBuilder]:
     return [RankBuilder(r, world, file) for r in range(world)]
 
 
+#: called with every session the builders make (:func:`session`, :func:`write_run_dir`):
+#: the unit tests' conftest checks the incremental model on each (``model_agreement``)
+OBSERVERS: list[Callable[[Session], None]] = []
+
+
 def session(builders: list[RankBuilder], states: dict[int, str] | None = None) -> Session:
     """A session from builders; ``states`` gives launcher-seen process states."""
-    return build_session([b.trace() for b in builders], states or {})
+    built = build_session([b.trace() for b in builders], states or {})
+    for observe in OBSERVERS:
+        observe(built)
+    return built
 
 
 def write_run_dir(builders: list[RankBuilder], directory: Path) -> Path:
     """Write each builder's trace as a rank's trace file in ``directory``; return it."""
+    if OBSERVERS:
+        session(builders)
     directory.mkdir(parents=True, exist_ok=True)
     for builder in builders:
         path = directory / trace_file_name(builder.rank, 1000 + builder.rank)

@@ -27,6 +27,9 @@ from typing import Any
 
 import pytest
 
+from dl2.trace.session import load_session
+from model_agreement import check_agreement
+
 #: the core cases: one per deadlock/defect category of the core issue and a correct twin
 #: each; the scripts live with the rest of the evaluation suite in benchmarks/cases
 CASES_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "cases"
@@ -219,6 +222,11 @@ def test_dl2_run(case: Case, dl2_bin: Path, tmp_path: Path) -> None:
     assert report_path.exists(), f"no JSON report; dl2 exited {returncode}\n{output}"
     report = json.loads(report_path.read_text())
     context = f"{_summary(report)}\n--- dl2 output ---\n{output}"
+
+    # the incremental model agrees with matching from scratch on the recorded traces
+    run_dirs = {p.parent for p in tmp_path.rglob("*.dl2.jsonl")}
+    for run_dir in run_dirs:
+        check_agreement(load_session(run_dir))
 
     assert report.get("format") == "dl2-report", context
     assert report.get("format_version") == 1, context

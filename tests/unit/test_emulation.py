@@ -14,7 +14,7 @@ from dl2.analysis.prediction.semantics import GLOO
 from dl2.analysis.prediction.semantics import Semantics
 from dl2.analysis.prediction.semantics import recorded_semantics
 from dl2.model.execution_graph import build_execution_graph
-from dl2.model.ops import build_timeline
+from dl2.model.incremental import build_timeline
 from dl2.model.stuck import RankStatus
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.record import emulate

@@ -460,3 +460,31 @@ def test_the_monitor_never_imports_torch_on_one_node(tmp_path):
 
     env = dict(os.environ)
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode == 0
+
+
+def test_the_monitor_reads_a_long_history_into_a_bounded_model(tmp_path):
+    # GIVEN two ranks that ran 2,000 all_reduce calls, read as they were written
+    r0, r1 = ranks(2)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices, window=100)
+    for _ in range(20):
+        for builder in (r0, r1):
+            start = len(builder.records)
+            for step in range(100):
+                builder.call("all_reduce", 10 + step % 3)
+            append(run_dir, builder, *builder.records[start:])
+        assert monitor.step() is None
+    model = monitor.tailer.model
+    # THEN the model keeps its window, not the history
+    assert model.matcher.retained <= 100 + 400 and model.matcher.folded >= 3000
+    # WHEN both ranks then block sending to each other
+    for builder in (r0, r1):
+        start = len(builder.records)
+        builder.call("send", 17, peer=1 - builder.rank, complete=False)
+        append(run_dir, builder, *builder.records[start:])
+    outcome = steps(monitor, 20)
+    # THEN the deadlock is proven as on a short trace, with its lines
+    assert outcome is not None and outcome.reason == "deadlock"
+    finding = outcome.report.findings[0]
+    assert finding.cycle == (0, 1) and {(o.file, o.line) for o in finding.ops} == {("train.py", 17)}

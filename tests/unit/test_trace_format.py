@@ -107,4 +107,7 @@ def test_tailer_reads_appended_records_and_waits_for_partial_lines(tmp_path):
     assert tailer.refresh()
     # the watchdog's state record is not progress
     assert tailer.progress() == {0: 2}
-    assert [r.kind for r in tailer.traces()[0].records] == ["op", "ret", "state"]
+    # the tailer hands what it reads to the model: op 1, its ret, the state
+    timeline = tailer.model.graph().timelines[0]
+    assert timeline.record_count == 3 and timeline.last_state is not None
+    assert [(op.id, op.issued) for op in timeline.ops] == [(1, True)]

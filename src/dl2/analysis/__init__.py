@@ -15,6 +15,7 @@ from dl2.analysis.deadlock import busy_poll_findings
 from dl2.analysis.deadlock import deadlock_findings
 from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
+from dl2.analysis.describe import history_gap
 from dl2.analysis.describe import op_ref
 from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
@@ -59,6 +60,15 @@ def _prediction(context: Context) -> list[Finding]:
     return findings
 
 
+def _fusion(context: Context) -> list[Finding]:
+    """Fusion passes that the run shows fused two ways (over the whole history only)."""
+    gap = history_gap(context.graph)
+    if gap is not None:
+        context.notes.append(f"fusion check skipped: {gap}")
+        return []
+    return fusion_findings(context.graph)
+
+
 #: name -> analysis; each takes the shared context and returns its findings.
 ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "deadlock": lambda c: deadlock_findings(c.graph, c.wait_for),
@@ -72,7 +82,7 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
     "prediction": _prediction,
     # fusion passes the run itself shows to depend on each rank's ready order
-    "fusion": lambda c: fusion_findings(c.graph),
+    "fusion": _fusion,
 }
 
 _DEFECT_KINDS = {

@@ -123,7 +123,8 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
             if len(cycle) > 1
             else f"Rank {cycle[0]} waits on itself forever"
         )
-        extra = [r for r in members if r not in cycle]
+        on_cycle = set(cycle)
+        extra = [r for r in members if r not in on_cycle]
         tail = (
             f"; {rank_list(extra)} wait{'s' if len(extra) == 1 else ''} on this cycle too"
             if extra
@@ -184,11 +185,11 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
     cause is still the peer that left without taking part.
     """
     findings: list[Finding] = []
-    for rank, timeline in sorted(graph.timelines.items()):
+    for rank in sorted(graph.timelines):
         if rank in wfg.deadlocked:
             continue
-        for op in timeline.ops:
-            if op.error is None or op.completed:
+        for op in graph.failed_ops(rank):
+            if op.completed:
                 continue
             clause = clause_for(graph, op)
             gone = [t for t in (clause.targets if clause else ()) if wfg.status(t).gone]
@@ -249,7 +250,7 @@ def hang_suspect_findings(
     """
     findings: list[Finding] = []
     waited_on: dict[int, list[int]] = {}
-    for rank, node in wfg.nodes.items():
+    for rank, node in wfg.waiting.items():  # the only nodes with targets
         if rank in wfg.deadlocked:
             continue
         for target in node.targets:
@@ -304,7 +305,7 @@ def busy_poll_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
     spinning rank are named with it.
     """
     findings: list[Finding] = []
-    for rank, node in sorted(wfg.nodes.items()):
+    for rank, node in wfg.waiting.items():
         if node.status is not RankStatus.SPINNING or node.blocked is None:
             continue
         polled = list(node.blocked.ops)
@@ -334,7 +335,7 @@ def busy_poll_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
                 + ", yet gloo reports a send/recv work complete only once wait() is called "
                 "on it, so is_completed() stays False",
             )
-        waiters = sorted(r for r, n in wfg.nodes.items() if r != rank and rank in n.targets)
+        waiters = sorted(r for r, n in wfg.waiting.items() if r != rank and rank in n.targets)
         waits = "; ".join(
             f"rank {w} in {phrase(_stuck_op(wfg.nodes[w]))} ({where(_stuck_op(wfg.nodes[w]))})"
             for w in waiters[:3]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
 from dl2.report import OpRef
 
@@ -52,3 +53,22 @@ def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
     if len(items) == 1:
         return f"rank {items[0]}"
     return "ranks " + ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def history_gap(graph: ExecutionGraph) -> str | None:
+    """Why the graph lacks part of the history (folded ops, ranks resumed from a
+    checkpoint), or None when it has every op."""
+    if graph.complete:
+        return None
+    parts = []
+    if graph.folded_ops:
+        parts.append(
+            f"{graph.folded_ops:,} of the {graph.op_count:,} ops are folded (finished "
+            "history beyond the model's window)"
+        )
+    if graph.resumed:
+        parts.append(
+            f"the traces of {rank_list(sorted(graph.resumed))} start at a checkpoint "
+            "(their earlier segments were rotated away)"
+        )
+    return "; ".join(parts)

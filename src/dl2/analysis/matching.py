@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection
 from collections.abc import Sequence
 
 from dl2.analysis.describe import op_ref
@@ -61,7 +62,7 @@ def _exchange_sizes(op: Op) -> str:
 def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: bool) -> list[Finding]:
     """The first divergence of each group, and collectives a gone rank never issued."""
     findings: list[Finding] = []
-    for gid, slots in graph.slots.items():
+    for gid, slots in graph.divergent_slots().items():
         for slot in slots:
             if not slot.mismatched:
                 continue
@@ -121,9 +122,9 @@ def p2p_findings(graph: ExecutionGraph, job_ended: bool) -> list[Finding]:
     if not job_ended:
         return []
     findings: list[Finding] = []
-    for rank, timeline in sorted(graph.timelines.items()):
-        for op in timeline.ops:
-            if op.kind != "p2p" or op_key(op) in graph.p2p_partner or op.completed:
+    for rank in sorted(graph.timelines):
+        for op in graph.p2p_ops(rank):
+            if op_key(op) in graph.p2p_partner or op.completed:
                 continue
             findings.append(
                 Finding(
@@ -145,8 +146,8 @@ def p2p_mismatch_findings(graph: ExecutionGraph) -> list[Finding]:
     same-size dtype difference; either way the pair is wrong.
     """
     findings: list[Finding] = []
-    for rank, timeline in sorted(graph.timelines.items()):
-        for send in timeline.ops:
+    for rank in sorted(graph.timelines):
+        for send in graph.p2p_ops(rank):
             if send.op != "send":
                 continue
             recv = graph.p2p_partner.get(op_key(send))
@@ -206,21 +207,21 @@ def _new_group_ref(rank: int, record: NewGroupRecord) -> OpRef:
 
 
 def group_findings(graph: ExecutionGraph) -> list[Finding]:
-    """new_group calls that members skipped, or that ranks named differently."""
+    """new_group calls that members skipped, or that ranks named differently.
+
+    A rank whose trace starts at a checkpoint is left out: its earlier calls are absent.
+    """
     calls: dict[tuple[int, ...], dict[int, list[NewGroupRecord]]] = defaultdict(dict)
-    for rank, timeline in graph.timelines.items():
+    known = {r: t for r, t in graph.timelines.items() if r not in graph.resumed}
+    for rank, timeline in known.items():
         for record in timeline.newgroups:
             ranks = record.ranks
             members = tuple(sorted(ranks)) if ranks is not None else tuple(range(graph.world_size))
             calls[members].setdefault(rank, []).append(record)
     findings: list[Finding] = []
     for members, by_rank in sorted(calls.items()):
-        counts = {r: len(by_rank.get(r, [])) for r in members if r in graph.timelines}
-        names = {
-            r: tuple(str(c.gid) for c in by_rank.get(r, []))
-            for r in members
-            if r in graph.timelines
-        }
+        counts = {r: len(by_rank.get(r, [])) for r in members if r in known}
+        names = {r: tuple(str(c.gid) for c in by_rank.get(r, [])) for r in members if r in known}
         involved = tuple(members)
         if len(set(counts.values())) > 1:
             most = max(counts.values())
@@ -238,7 +239,7 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
                 f"Ranks gave the group of ranks {list(members)} different names ({labels}): "
                 "some rank skipped an earlier new_group call."
             )
-        elif absent := _skipped_by_nonmembers(graph, members, by_rank):
+        elif absent := _skipped_by_nonmembers(known, members, by_rank):
             involved = tuple(sorted({*members, *absent}))
             finding_ops = tuple(_new_group_ref(r, by_rank[r][0]) for r in sorted(by_rank))
             message = (
@@ -264,7 +265,7 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
 
 
 def _skipped_by_nonmembers(
-    graph: ExecutionGraph, members: tuple[int, ...], by_rank: dict[int, list[NewGroupRecord]]
+    known: Collection[int], members: tuple[int, ...], by_rank: dict[int, list[NewGroupRecord]]
 ) -> list[int]:
     """Traced ranks that never called a new_group that needed every rank.
 
@@ -275,7 +276,7 @@ def _skipped_by_nonmembers(
     names = [c.gid for r in members for c in by_rank.get(r, []) if c.gid]
     if not names or not all(name.isdigit() for name in names):
         return []
-    return [r for r in graph.timelines if r not in by_rank]
+    return [r for r in known if r not in by_rank]
 
 
 def nonmember_findings(graph: ExecutionGraph) -> list[Finding]:

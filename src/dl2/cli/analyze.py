@@ -8,7 +8,7 @@ from dl2.analysis import analyze
 from dl2.cli.options import add_json
 from dl2.cli.options import add_run_dir
 from dl2.cli.output import emit
-from dl2.trace.session import load_session
+from dl2.model.incremental import stream_run
 
 
 class AnalyzeCommand:
@@ -30,7 +30,8 @@ class AnalyzeCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        session = load_session(args.run_dir)
-        report = analyze(session)
+        # the traces are read through the incremental model, a chunk of each at a time
+        session, graph = stream_run(args.run_dir)
+        report = analyze(session, graph=graph)
         emit(report, args.json, args.renderer, args.output)
         return report.exit_code

@@ -1,13 +1,14 @@
 """The live monitor: follows the traces while the job runs and proves deadlocks.
 
-Every poll reads the new trace records (:mod:`dl2.live.tailer`), shares them with the
-other nodes' monitors (:mod:`dl2.live.multinode`) and notes which ranks progressed
-(:mod:`dl2.live.progress`).  When some rank sits in a communication call without
-progress, it takes a snapshot of the wait-for graph (rebuilt only when something was
-read since the last one) and goes on with the deadlock proof (:mod:`dl2.live.proof`:
-two consecutive snapshots in which no member of the deadlock set moved), the hang
-suspects and the hang timeout (:mod:`dl2.live.hang`).  The proof's snapshot is the one
-analysed for the report.
+Every poll reads the new trace records into the incremental model
+(:mod:`dl2.live.tailer`), shares them with the other nodes' monitors
+(:mod:`dl2.live.multinode`) and notes which ranks progressed (:mod:`dl2.live.progress`).
+When some rank sits in a communication call without progress, it takes a snapshot of
+the wait-for graph (taken again only when something was read since the last one; it
+costs the blocked ranks, not the history) and goes on with the deadlock proof
+(:mod:`dl2.live.proof`: two consecutive snapshots in which no member of the deadlock
+set moved), the hang suspects and the hang timeout (:mod:`dl2.live.hang`).  The proof's
+snapshot is the one analysed for the report.
 
 Faults degrade, never stop, the monitoring: a truncated record is read when complete;
 a dead rank is an exited rank whose waits are orphaned; a lost store (multi-node) means
@@ -39,6 +40,7 @@ from dl2.live.proof import Step
 from dl2.live.proof import ranks_text
 from dl2.live.shared import SharedState
 from dl2.live.tailer import TraceTailer
+from dl2.model.incremental import DEFAULT_WINDOW
 from dl2.notice import notice as default_notice
 from dl2.report import Report
 from dl2.report import Verdict
@@ -71,6 +73,8 @@ class MonitorOptions:
             lose records: live verdicts stop, the traces are analysed after the job.
         ack_timeout: seconds the reporting node waits for the other nodes' monitors to
             see its verdict before stopping its own ranks.
+        window: ops the model keeps before it folds finished history (see
+            :class:`dl2.model.incremental.Model`): the monitor's memory bound.
     """
 
     poll_interval: float = 0.2
@@ -79,6 +83,7 @@ class MonitorOptions:
     on_deadlock: str = "abort"
     low_space_bytes: int = 1 << 20
     ack_timeout: float = 5.0
+    window: int | None = DEFAULT_WINDOW
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,7 @@ class Monitor:
         self.on_report = on_report
         self.notice = notice or default_notice
         self.shared = shared
-        self.tailer = TraceTailer(run_dir, keep_outbox=shared is not None)
+        self.tailer = TraceTailer(run_dir, keep_outbox=shared is not None, window=options.window)
         self.notes: list[str] = []
         self.clocks = ProgressClocks(time.monotonic())
         self.snapshots = Snapshots()
@@ -202,7 +207,7 @@ class Monitor:
             session,
             quiet=self.quiet(time.monotonic()),
             suspect_after=self.options.suspect_after,
-            graph=snapshot.graph if snapshot is not None else None,
+            graph=snapshot.graph if snapshot is not None else self.tailer.model.graph(),
             wait_for=snapshot.wfg if snapshot is not None else None,
         )
 
@@ -312,8 +317,9 @@ class Monitor:
         if not quiet_blocked:
             self.proof.reset()
             return None
-        key = (self.tailer.records_seen(), tuple(sorted(states.items())))
-        snapshot = self.snapshots.take(key, now, self.tailer.traces, states)
+        model = self.tailer.model
+        key = (model.version, tuple(sorted(states.items())))
+        snapshot = self.snapshots.take(key, now, self.tailer.traces, states, model)
         if snapshot is None:
             return None  # keep the monitor's share of a core small on long traces
         self.suspects.report(snapshot, self.quiet(now), self.clocks.counts, opts.suspect_after)

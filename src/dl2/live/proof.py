@@ -1,7 +1,11 @@
 """The live deadlock proof: two consecutive snapshots in which no member moved.
 
-A snapshot is the session, the execution graph and the wait-for graph of one read of
-the traces; :class:`Snapshots` builds one only when something was read since the last.
+A snapshot is the session (headers and process states), the incremental model's
+execution graph and the wait-for graph of one read of the traces; :class:`Snapshots`
+takes one only when something was read since the last.  The model was fed as the
+traces were read (:mod:`dl2.live.tailer`), so a snapshot costs what the blocked ranks
+cost, whatever the length of the history: the graphs build only what is read of them,
+and stay valid until the model is fed again.
 A deadlock set found in two consecutive snapshots with no progress by any of its
 members, the second read after the first, is a proof (:class:`DeadlockProof`): each
 member waits only on members or on exited ranks, and the members' records, unchanged
@@ -21,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dl2.model.execution_graph import ExecutionGraph
-from dl2.model.execution_graph import build_execution_graph
+from dl2.model.incremental import Model
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.trace.format import RankTrace
@@ -34,8 +38,9 @@ class Snapshot:
     """The graphs of one read of the traces, and what they were built from.
 
     Attributes:
-        key: what was read (records seen, process states); equal keys, equal graphs.
-        session: the traces and process states of that read.
+        key: what was read (the model's version, process states); equal keys, equal
+            graphs.
+        session: the traces' headers and process states of that read.
         graph: its execution graph.
         wfg: its wait-for graph.
     """
@@ -63,6 +68,7 @@ class Snapshots:
         now: float,
         traces: Callable[[], list[RankTrace]],
         states: Mapping[int, str],
+        model: Model,
     ) -> Snapshot | None:
         """The snapshot of ``key``: the last one if its key is equal, else a new one;
         None while backing off."""
@@ -73,7 +79,7 @@ class Snapshots:
             return None
         started = time.monotonic()
         session = build_session(traces(), states)
-        graph = build_execution_graph(session)
+        graph = model.graph()
         self.last = Snapshot(key, session, graph, build_wait_for_graph(session, graph))
         self._next_build = now + 4 * (time.monotonic() - started)
         return self.last

@@ -3,7 +3,10 @@
 A :class:`TraceTailer` follows every trace file of a run directory (``refresh``) and,
 for multi-node runs, the files other nodes' monitors mirror through the job's store
 (``ingest``).  Both go through the same parser, so a mirrored file reads exactly like a
-local one.
+local one.  Each read's new records go straight into the incremental model
+(:class:`dl2.model.incremental.Model`, ``tailer.model``), which the monitor's snapshots
+read: the tailer keeps no records, only what it needs per file (its last record, its
+open calls, its progress count).
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import field
 from pathlib import Path
 
 from dl2.errors import TraceFormatError
+from dl2.model.incremental import DEFAULT_WINDOW
+from dl2.model.incremental import Model
 from dl2.model.stuck import stall_kind
 from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
@@ -38,6 +43,7 @@ class _File:
         path: where to read it; None for a file mirrored from another node.
         offset: bytes consumed (complete lines only).
         outbox: consumed bytes not yet handed to :meth:`TraceTailer.drain`.
+        last: the last record read.
         records_seen: every record read, watchdog reports included.
         open_calls: op and wait ids entered and not yet returned.
         stall: the last record is a watchdog ``state`` that finds the rank in
@@ -49,7 +55,7 @@ class _File:
     path: Path | None
     offset: int = 0
     header: Header | None = None
-    records: list[Record] = field(default_factory=list)
+    last: Record | None = None
     progress: int = 0
     records_seen: int = 0
     truncated: str | None = None
@@ -59,14 +65,14 @@ class _File:
     stall: bool = False
     partial_since: float | None = None
 
-    def feed(self, data: bytes, now: float, keep: bool) -> bool:
-        """Parse ``data`` (what follows ``offset``); True if a record was new."""
+    def feed(self, data: bytes, now: float, keep: bool) -> list[Record]:
+        """Parse ``data`` (what follows ``offset``); returns the new records."""
         start = 0
         try:
             if self.header is None:
                 newline = data.find(b"\n")
                 if newline < 0:
-                    return False
+                    return []
                 self.header = parse_header(data[:newline], self.name)
                 start = newline + 1
             records, truncated, consumed = parse_records(data[start:], self.name)
@@ -84,9 +90,10 @@ class _File:
         self.truncated = truncated
         for record in records:
             self._note(record)
-        self.records.extend(records)
+        if records:
+            self.last = records[-1]
         self.records_seen += len(records)
-        return bool(records)
+        return records
 
     def _note(self, record: Record) -> None:
         if isinstance(record, StateRecord):
@@ -119,13 +126,37 @@ class TraceTailer:
     Args:
         run_dir: the directory whose ``*.dl2.jsonl`` files are followed.
         keep_outbox: keep the bytes read for :meth:`drain` (to mirror them elsewhere).
+        window: the model's window (see :class:`dl2.model.incremental.Model`).
+
+    Attributes:
+        model: every record read, fed file by file as it is read.
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str], keep_outbox: bool = False) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        keep_outbox: bool = False,
+        window: int | None = DEFAULT_WINDOW,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.keep_outbox = keep_outbox
         self._files: dict[str, _File] = {}
         self.errors: list[str] = []
+        self.model = Model(window=window)
+        self._newest_files: dict[int, _File] | None = None  # until files change
+
+    def _feed(self, entry: _File, data: bytes, now: float, keep: bool) -> bool:
+        """Parse new bytes of a file into the model; True if a record was new."""
+        if entry.header is None:
+            self._newest_files = None  # a rank's file may come in
+        try:
+            records = entry.feed(data, now, keep)
+        except TraceFormatError as err:
+            self.errors.append(str(err))  # the file is not read further
+            return False
+        if entry.header is not None:
+            self.model.feed(entry.name, entry.header, records, entry.truncated)
+        return bool(records)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -153,11 +184,7 @@ class TraceTailer:
             return False
         if not data:
             return False
-        try:
-            return entry.feed(data, now, self.keep_outbox)
-        except TraceFormatError as err:
-            self.errors.append(str(err))
-            return False
+        return self._feed(entry, data, now, self.keep_outbox)
 
     def ingest(self, name: str, data: bytes, now: float | None = None) -> bool:
         """Add bytes of a file mirrored from elsewhere (complete lines, in order)."""
@@ -165,16 +192,14 @@ class TraceTailer:
         entry = self._files.setdefault(name, _File(name, None))
         if entry.error is not None or not data:
             return False
-        try:
-            return entry.feed(data, now, keep=False)
-        except TraceFormatError as err:
-            self.errors.append(str(err))
-            return False
+        return self._feed(entry, data, now, keep=False)
 
     def forget(self, names: set[str]) -> None:
         """Drop files (mirrored ones whose source went away)."""
         for name in names:
             self._files.pop(name, None)
+            self.model.forget(name)
+        self._newest_files = None
 
     def drain(self) -> dict[str, bytes]:
         """file name -> bytes read since the last drain (complete lines, header included)."""
@@ -194,9 +219,10 @@ class TraceTailer:
         return {e.name for e in self._files.values() if e.path is not None}
 
     def traces(self) -> list[RankTrace]:
-        """A snapshot of every readable file as a RankTrace (records read so far)."""
+        """Every readable file as a RankTrace of its header and truncation note; its
+        records are in :attr:`model`, not here."""
         return [
-            RankTrace(str(e.path or e.name), e.header, tuple(e.records), e.truncated)
+            RankTrace(str(e.path or e.name), e.header, (), e.truncated)
             for e in self._ranked()
             if e.header is not None
         ]
@@ -215,11 +241,7 @@ class TraceTailer:
 
     def ended(self) -> set[int]:
         """Ranks whose last record is an ``end`` record."""
-        return {
-            r
-            for r, e in self._newest().items()
-            if e.records and isinstance(e.records[-1], EndRecord)
-        }
+        return {r for r, e in self._newest().items() if isinstance(e.last, EndRecord)}
 
     def partial(self) -> set[int]:
         """Ranks whose file ends in a partial line (a record being written)."""
@@ -253,6 +275,11 @@ class TraceTailer:
 
     def _newest(self) -> dict[int, _File]:
         """rank -> its newest file (a restarted rank writes a new one)."""
+        if self._newest_files is None:
+            self._newest_files = self._find_newest()
+        return self._newest_files
+
+    def _find_newest(self) -> dict[int, _File]:
         best: dict[int, _File] = {}
         for entry in self._ranked():
             rank = entry.rank

@@ -6,26 +6,34 @@ channel (:func:`dl2.model.program.channel_of`: group, sender, receiver, tag) in 
 (gloo and MPI do not let messages overtake); a wildcard receive meets the sender
 recorded when it completed, or the earliest unmatched send to it while it is still
 pending.
+
+An :class:`ExecutionGraph` is a read-only view of the incremental model
+(:class:`dl2.model.incremental.Model`) at one moment: what it holds is built on first
+use, so that reading a few ranks' state costs nothing in the length of the history or
+in the size of the world.  Reading a view after its model was fed more records raises
+:class:`StaleGraphError`.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections.abc import Callable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
+from typing import Protocol
 
 from dl2.model.ops import NO_DATA_OPS
 from dl2.model.ops import SAME_COUNT_OPS
 from dl2.model.ops import Op
 from dl2.model.ops import Timeline
-from dl2.model.ops import build_timeline
-from dl2.model.program import WILD
-from dl2.model.program import Channel
 from dl2.model.program import Mailbox
-from dl2.model.program import channel_of
-from dl2.model.program import mailbox
 from dl2.trace.session import Session
+
+if TYPE_CHECKING:
+    from dl2.model.incremental import Model
+    from dl2.model.rank_state import OpState
 
 OpKey = tuple[int, int]  # (rank, op id)
 
@@ -34,7 +42,29 @@ def op_key(op: Op) -> OpKey:
     return (op.rank, op.id)
 
 
-def signature_fields(op: Op) -> dict[str, object]:
+class Signed(Protocol):
+    """What matching compares of a collective: an :class:`Op` or its record."""
+
+    @property
+    def op(self) -> str: ...
+
+    @property
+    def root(self) -> int | None: ...
+
+    @property
+    def redop(self) -> str | None: ...
+
+    @property
+    def dtype(self) -> str | None: ...
+
+    @property
+    def count(self) -> int | None: ...
+
+    @property
+    def splits(self) -> tuple[tuple[int, ...], ...] | None: ...
+
+
+def signature_fields(op: Signed) -> dict[str, object]:
     """The fields that must agree between members for a collective to match."""
     fields: dict[str, object] = {"op": op.op}
     if op.root is not None or op.op in ("broadcast", "reduce", "gather", "scatter"):
@@ -48,6 +78,43 @@ def signature_fields(op: Op) -> dict[str, object]:
     if op.op == "all_reduce_coalesced" and op.splits is not None:
         fields["splits"] = op.splits  # the same tensors must be fused on every rank
     return fields
+
+
+EXCHANGE_OPS = frozenset({"all_to_all", "all_to_all_single"})
+
+
+def _exchange_sizes_agree(ops: Mapping[int, Signed], members: tuple[int, ...]) -> bool:
+    """Whether an all_to_all's split sizes pair up: what member i sends to member j
+    (its input split j) is what j expects from i (its output split i)."""
+    first = next(iter(ops.values()))
+    if first.op not in EXCHANGE_OPS:
+        return True
+    splits = [ops[r].splits for r in members]
+    n = len(members)
+    if any(s is None or len(s) != 2 or len(s[0]) != n or len(s[1]) != n for s in splits):
+        return True  # not recorded (or not comparable): nothing to say
+    return all(
+        splits[i][0][j] == splits[j][1][i]  # type: ignore[index]
+        for i in range(n)
+        for j in range(n)
+    )
+
+
+def differing_fields(ops: Mapping[int, Signed], members: tuple[int, ...]) -> tuple[str, ...]:
+    """The names of the fields on which a slot's ops disagree (one pass over them).
+
+    "op" alone when the ops differ (their other fields are not comparable); else
+    "split_sizes" when every member issued an all_to_all whose sizes do not pair up.
+    """
+    fields = [signature_fields(op) for op in ops.values()]
+    first = fields[0]
+    names = {name for f in fields for name in f}
+    differing = tuple(sorted(n for n in names if any(f.get(n) != first.get(n) for f in fields)))
+    if "op" in differing:
+        return ("op",)
+    if not differing and all(r in ops for r in members) and not _exchange_sizes_agree(ops, members):
+        return ("split_sizes",)
+    return differing
 
 
 @dataclass(frozen=True)
@@ -72,29 +139,107 @@ class CollectiveSlot:
         return bool(self.differing)
 
 
-@dataclass(frozen=True)
+class StaleGraphError(RuntimeError):
+    """An execution graph read after its model was fed more records."""
+
+
 class ExecutionGraph:
-    """Ops of all ranks with their cross-rank matches.
+    """Ops of all ranks with their cross-rank matches, as the model has them now.
 
     Attributes:
         timelines: rank -> its ops in program order and its final blocking state.
         groups: group name -> global ranks of its members.
-        slots: group name -> its collective slots in order.
+        slots: group name -> its collective slots kept, in order (``slot.index`` is the
+            position on the group; ``slots[gid][i]`` is the i-th slot *kept*).
         collective_slot: (rank, op id) -> (group, index) of a collective.
         p2p_partner: (rank, op id) -> the matching op on the peer.
         world_size: ranks of the job.
+        folded_ops: ops folded away (finished and matched, beyond the model's window).
+        op_count: every op of the traces, folded ones and those a checkpoint stands
+            for included.
+        resumed: ranks whose trace starts at a checkpoint (their history is absent).
     """
 
-    timelines: Mapping[int, Timeline]
-    groups: Mapping[str, tuple[int, ...]]
-    slots: Mapping[str, tuple[CollectiveSlot, ...]]
-    collective_slot: Mapping[OpKey, tuple[str, int]]
-    p2p_partner: Mapping[OpKey, Op]
-    world_size: int
+    def __init__(self, model: Model) -> None:
+        self._model = model
+        self._version = model.version
+        self.world_size = model.world_size
+        self.folded_ops = model.matcher.folded
+        self.groups: Mapping[str, tuple[int, ...]] = model.matcher.groups()
+        self.timelines: Mapping[int, Timeline] = _Timelines(self)
+        self.slots: Mapping[str, tuple[CollectiveSlot, ...]] = _Slots(self)
+        self.collective_slot: Mapping[OpKey, tuple[str, int]] = _Where(self)
+        self.p2p_partner: Mapping[OpKey, Op] = _Partners(self)
+        self._slot_cache: dict[tuple[str, int], CollectiveSlot | None] = {}
+        self._mail: dict[Mailbox, dict[OpKey, OpState]] = {}  # wildcard matches read
+
+    @cached_property
+    def op_count(self) -> int:
+        self.check()
+        return self._model.op_count()
+
+    @cached_property
+    def resumed(self) -> frozenset[int]:
+        self.check()
+        return self._model.resumed()
+
+    @property
+    def complete(self) -> bool:
+        """Every op of every rank is here: nothing folded, no rank resumed."""
+        return not self.folded_ops and not self.resumed
+
+    def check(self) -> None:
+        """Raise :class:`StaleGraphError` if the model moved on since this view."""
+        if self._model.version != self._version:
+            raise StaleGraphError("the model was fed more records since this graph was taken")
+
+    @cached_property
+    def traced(self) -> tuple[int, ...]:
+        """The ranks with a trace, ascending."""
+        return tuple(sorted(self._model.ranks()))
+
+    def waiting_ranks(self) -> tuple[int, ...]:
+        """The ranks that may be blocked, ascending: every rank whose timeline's
+        ``blocked`` is set is among them (the others are not inside any call)."""
+        self.check()
+        return tuple(sorted(self._model.waiting))
+
+    def slot_at(self, gid: str, index: int) -> CollectiveSlot | None:
+        """The collective slot at a position of a group, if kept."""
+        key = (gid, index)
+        if key not in self._slot_cache:
+            self.check()
+            self._slot_cache[key] = self._model.matcher.slot(gid, index)
+        return self._slot_cache[key]
 
     def slot_of(self, op: Op) -> CollectiveSlot | None:
         where = self.collective_slot.get(op_key(op))
-        return self.slots[where[0]][where[1]] if where else None
+        return self.slot_at(*where) if where else None
+
+    def divergent_slots(self) -> dict[str, tuple[CollectiveSlot, ...]]:
+        """Per group (ascending), its slots that are mismatched or miss a member, in
+        order: the only slots a finding names.  A glance at each slot kept; only these
+        are built."""
+        self.check()
+        matcher = self._model.matcher
+        found = {}
+        for gid in sorted(matcher.slots):
+            slots = (self.slot_at(gid, index) for index in matcher.unsettled(gid))
+            found[gid] = tuple(s for s in slots if s is not None and (s.mismatched or s.missing))
+        return found
+
+    def failed_ops(self, rank: int) -> tuple[Op, ...]:
+        """The rank's ops that raised, in program order."""
+        return self._ops(rank, lambda st: st.error is not None)
+
+    def p2p_ops(self, rank: int) -> tuple[Op, ...]:
+        """The rank's sends and receives, in program order."""
+        return self._ops(rank, lambda st: st.rec.op in ("send", "recv"))
+
+    def _ops(self, rank: int, keep: Callable[[OpState], bool]) -> tuple[Op, ...]:
+        self.check()
+        model = self._model.rank_model(rank)
+        return tuple(st.op() for st in model.ops.values() if keep(st)) if model else ()
 
     def group_members(self, gid: str) -> tuple[int, ...]:
         """The members of a group; a group no trace created is taken as the world."""
@@ -103,135 +248,133 @@ class ExecutionGraph:
 
     def group_creators(self, gid: str, ranks: tuple[int, ...] | None) -> frozenset[int]:
         """The ranks whose trace creates the group ``gid`` of these ``ranks``."""
-        return self._creators.get((gid, ranks), frozenset())
+        return frozenset(self._model.matcher.creators.get((gid, ranks), ()))
 
     @cached_property
     def _world_group(self) -> tuple[int, ...]:
         return tuple(range(self.world_size))
 
+    # -- lookups behind the mappings ----------------------------------------------------
+
+    def _state(self, key: OpKey) -> OpState | None:
+        self.check()
+        return self._model.op_state(key)
+
+    def _partner(self, st: OpState) -> Op | None:
+        partner = self._model.matcher.partner(st, self._mail)
+        return partner.op() if partner is not None else None
+
+
+class _Timelines(Mapping[int, Timeline]):
+    def __init__(self, graph: ExecutionGraph) -> None:
+        self._graph = graph
+        self._cache: dict[int, Timeline] = {}
+
+    def __getitem__(self, rank: int) -> Timeline:
+        found = self._cache.get(rank)
+        if found is None:
+            graph = self._graph
+            graph.check()
+            model = graph._model
+            rank_model = model.rank_model(rank)
+            if rank_model is None:
+                raise KeyError(rank)
+            found = rank_model.timeline(model.truncated(rank), graph.check)
+            self._cache[rank] = found
+        return found
+
+    def __contains__(self, rank: object) -> bool:
+        self._graph.check()
+        return isinstance(rank, int) and self._graph._model.rank_model(rank) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._graph.traced)
+
+    def __len__(self) -> int:
+        return len(self._graph.traced)
+
+
+class _Slots(Mapping[str, tuple[CollectiveSlot, ...]]):
+    def __init__(self, graph: ExecutionGraph) -> None:
+        self._graph = graph
+
     @cached_property
-    def _creators(self) -> dict[tuple[str, tuple[int, ...] | None], frozenset[int]]:
-        found: dict[tuple[str, tuple[int, ...] | None], set[int]] = defaultdict(set)
-        for rank, timeline in self.timelines.items():
-            for op in timeline.ops:
-                if op.op == "create_group":
-                    found[(op.gid, op.ranks)].add(rank)
-        return {key: frozenset(ranks) for key, ranks in found.items()}
+    def _gids(self) -> tuple[str, ...]:
+        self._graph.check()
+        return tuple(sorted(self._graph._model.matcher.slots))
+
+    def __getitem__(self, gid: str) -> tuple[CollectiveSlot, ...]:
+        graph = self._graph
+        graph.check()
+        group = graph._model.matcher.slots.get(gid)
+        if group is None:
+            raise KeyError(gid)
+        found = (graph.slot_at(gid, index) for index in sorted(group))
+        return tuple(slot for slot in found if slot is not None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._gids)
+
+    def __len__(self) -> int:
+        return len(self._gids)
 
 
-def _groups(timelines: Mapping[int, Timeline], world_size: int) -> dict[str, tuple[int, ...]]:
-    groups: dict[str, tuple[int, ...]] = {"0": tuple(range(world_size))}
-    for timeline in timelines.values():
-        for op in timeline.ops:
-            if op.op == "create_group" and op.ranks is not None:
-                groups[op.gid] = tuple(sorted(op.ranks))
-    return groups
+class _Where(Mapping[OpKey, tuple[str, int]]):
+    def __init__(self, graph: ExecutionGraph) -> None:
+        self._graph = graph
+
+    def __getitem__(self, key: OpKey) -> tuple[str, int]:
+        st = self._graph._state(key)
+        if st is None or st.pos < 0:
+            raise KeyError(key)
+        return (st.rec.gid, st.pos)
+
+    def __iter__(self) -> Iterator[OpKey]:
+        graph = self._graph
+        for rank in graph.traced:
+            model = graph._model.rank_model(rank)
+            assert model is not None
+            yield from ((rank, i) for i, st in model.ops.items() if st.pos >= 0)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
-_EXCHANGE_OPS = frozenset({"all_to_all", "all_to_all_single"})
+class _Partners(Mapping[OpKey, Op]):
+    def __init__(self, graph: ExecutionGraph) -> None:
+        self._graph = graph
+
+    def __getitem__(self, key: OpKey) -> Op:
+        graph = self._graph
+        st = graph._state(key)
+        partner = graph._partner(st) if st is not None and st.rec.op in ("send", "recv") else None
+        if partner is None:
+            raise KeyError(key)
+        return partner
+
+    def __iter__(self) -> Iterator[OpKey]:
+        graph = self._graph
+        for rank in graph.traced:
+            model = graph._model.rank_model(rank)
+            assert model is not None
+            for i, st in model.ops.items():
+                if st.rec.op in ("send", "recv") and graph._partner(st) is not None:
+                    yield (rank, i)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
-def _exchange_sizes_agree(ops: Mapping[int, Op], members: tuple[int, ...]) -> bool:
-    """Whether an all_to_all's split sizes pair up: what member i sends to member j
-    (its input split j) is what j expects from i (its output split i)."""
-    first = next(iter(ops.values()))
-    if first.op not in _EXCHANGE_OPS:
-        return True
-    splits = [ops[r].splits for r in members]
-    n = len(members)
-    if any(s is None or len(s) != 2 or len(s[0]) != n or len(s[1]) != n for s in splits):
-        return True  # not recorded (or not comparable): nothing to say
-    return all(
-        splits[i][0][j] == splits[j][1][i]  # type: ignore[index]
-        for i in range(n)
-        for j in range(n)
-    )
+def build_execution_graph(session: Session, window: int | None = None) -> ExecutionGraph:
+    """Match a session's ops across ranks: the incremental model fed every trace.
 
+    Args:
+        window: fold finished history beyond this many ops (see
+            :class:`dl2.model.incremental.Model`); None keeps every op.
+    """
+    from dl2.model.incremental import Model
 
-def _match_collectives(
-    timelines: Mapping[int, Timeline], groups: Mapping[str, tuple[int, ...]]
-) -> tuple[dict[str, tuple[CollectiveSlot, ...]], dict[OpKey, tuple[str, int]]]:
-    per_group: dict[str, dict[int, list[Op]]] = defaultdict(dict)
-    for rank, timeline in timelines.items():
-        for op in timeline.ops:
-            if op.kind == "collective":
-                per_group[op.gid].setdefault(rank, []).append(op)
-    slots: dict[str, tuple[CollectiveSlot, ...]] = {}
-    where: dict[OpKey, tuple[str, int]] = {}
-    for gid in sorted(per_group):
-        by_rank = per_group[gid]
-        members = groups.get(gid, tuple(sorted(by_rank)))
-        length = max(len(ops) for ops in by_rank.values())
-        group_slots: list[CollectiveSlot] = []
-        for index in range(length):
-            ops = {r: by_rank[r][index] for r in sorted(by_rank) if index < len(by_rank[r])}
-            missing = tuple(r for r in members if r not in ops)
-            fields = [signature_fields(op) for op in ops.values()]
-            differing = tuple(
-                sorted(
-                    {
-                        name
-                        for f in fields
-                        for name in f
-                        if any(g.get(name) != f.get(name) for g in fields)
-                    }
-                )
-            )
-            if "op" in differing:
-                differing = ("op",)  # other fields of different ops are not comparable
-            elif not differing and not missing and not _exchange_sizes_agree(ops, members):
-                differing = ("split_sizes",)
-            group_slots.append(CollectiveSlot(gid, index, ops, missing, differing))
-            for op in ops.values():
-                where[op_key(op)] = (gid, index)
-        slots[gid] = tuple(group_slots)
-    return slots, where
-
-
-def _match_p2p(timelines: Mapping[int, Timeline]) -> dict[OpKey, Op]:
-    """Pair sends with receives; see the module docstring for the rules."""
-    sends: dict[Channel, list[Op]] = defaultdict(list)
-    recvs: dict[Channel, list[Op]] = defaultdict(list)
-    pending_any: dict[Mailbox, list[Op]] = defaultdict(list)
-    for timeline in timelines.values():
-        for op in timeline.ops:
-            # a completed wildcard receive is matched as a receive from its recorded sender
-            channel = channel_of(op, op.src)
-            if channel is None:
-                continue
-            if op.op == "send":
-                sends[channel].append(op)
-            elif channel[1] != WILD:
-                recvs[channel].append(op)
-            else:
-                pending_any[mailbox(channel)].append(op)
-    partner: dict[OpKey, Op] = {}
-    leftovers: dict[Mailbox, list[Op]] = defaultdict(list)
-    for channel in sorted(set(sends) | set(recvs)):
-        s_list, r_list = sends.get(channel, []), recvs.get(channel, [])
-        for s, r in zip(s_list, r_list, strict=False):
-            partner[op_key(s)] = r
-            partner[op_key(r)] = s
-        leftovers[mailbox(channel)].extend(s_list[len(r_list) :])
-    for key, waiting in pending_any.items():
-        available = sorted(leftovers.get(key, []), key=lambda op: (op.index, op.rank))
-        for r, s in zip(waiting, available, strict=False):
-            partner[op_key(s)] = r
-            partner[op_key(r)] = s
-    return partner
-
-
-def build_execution_graph(session: Session) -> ExecutionGraph:
-    """Rebuild ops from a session's traces and match them across ranks."""
-    timelines = {rank: build_timeline(trace) for rank, trace in session.traces.items()}
-    world_size = session.world_size
-    groups = _groups(timelines, world_size)
-    slots, where = _match_collectives(timelines, groups)
-    return ExecutionGraph(
-        timelines=timelines,
-        groups=groups,
-        slots=slots,
-        collective_slot=where,
-        p2p_partner=_match_p2p(timelines),
-        world_size=world_size,
-    )
+    model = Model(window=window)
+    for trace in session.traces.values():
+        model.feed(trace.path, trace.header, trace.records, trace.truncated)
+    return model.graph()

@@ -1,21 +1,17 @@
-"""Operations and per-rank timelines rebuilt from trace records (no I/O, no matching)."""
+"""Operations and per-rank timelines: what the model tells of each rank (no I/O, no
+matching; :mod:`dl2.model.rank_state` builds them from records)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
+from functools import cached_property
 
-from dl2.model.stuck import stall_kind
-from dl2.trace.format import RankTrace
-from dl2.trace.schema.decode import DoneRecord
-from dl2.trace.schema.decode import EndRecord
 from dl2.trace.schema.decode import Frame as Frame  # re-exported: the model's frames
 from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.schema.decode import NonMemberRecord
-from dl2.trace.schema.decode import OpRecord
-from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
-from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.schema.decode import report_frame
 
 #: Collectives whose per-rank input element count must agree across members.
@@ -124,178 +120,62 @@ class Blocked:
     how: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Timeline:
-    """One rank's ops in program order and its final blocking state."""
+    """One rank's ops in program order and its final blocking state.
+
+    ``ops`` are the ops the model keeps of the rank: every op, unless the history was
+    folded (:mod:`dl2.model.incremental`) or the trace starts at a checkpoint; they are
+    built from ``source`` on first use, so that reading a rank's state (``blocked``,
+    ``ended``, ``last_state``) costs nothing in the length of its history.
+
+    Attributes:
+        rank: the rank.
+        blocked: what it is stuck in at the end of its trace, if anything.
+        ended: "exit" or "destroy" from an end record.
+        newgroups, nonmember_calls: its new_group and non-member call records.
+        last_state: its watchdog's latest ``state`` record.
+        record_count: records read of its trace.
+        truncated: its trace ends in a partial record.
+        source: the ops, or what builds them.
+    """
 
     rank: int
-    ops: tuple[Op, ...]
     blocked: Blocked | None
-    ended: str | None  # "exit" or "destroy" from an end record
+    ended: str | None
     newgroups: tuple[NewGroupRecord, ...] = ()
     nonmember_calls: tuple[NonMemberRecord, ...] = ()
     last_state: StateRecord | None = None
     record_count: int = 0
     truncated: bool = False
-    by_id: dict[int, Op] = field(default_factory=dict, compare=False, repr=False)
+    source: tuple[Op, ...] | Callable[[], tuple[Op, ...]] = field(default=(), repr=False)
 
+    @cached_property
+    def ops(self) -> tuple[Op, ...]:
+        return self.source if isinstance(self.source, tuple) else self.source()
 
-@dataclass
-class _Fate:
-    """What the records after an op say of it."""
+    @cached_property
+    def by_id(self) -> dict[int, Op]:
+        """op id -> op, of the ops kept."""
+        return {op.id: op for op in self.ops}
 
-    record: OpRecord
-    issued: bool = False
-    completed: bool = False
-    error: str | None = None
-    src: int | None = None
-    waited_at: int | None = None
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Timeline):
+            return NotImplemented
+        return self._compared() == other._compared()
 
+    __hash__ = None  # type: ignore[assignment]
 
-def build_timeline(trace: RankTrace) -> Timeline:
-    """Rebuild one rank's ops and final state from its records."""
-    rank = trace.rank
-    fates: dict[int, _Fate] = {}
-    order: list[int] = []
-    waits: dict[int, int] = {}  # wait id -> op id
-    open_calls: list[int] = []  # op or wait ids entered and not returned, in order
-    newgroups: list[NewGroupRecord] = []
-    nonmember: list[NonMemberRecord] = []
-    ended: str | None = None
-    last_state: StateRecord | None = None
-    last_state_pos = -1
-    last_activity_pos = -1
-    for pos, rec in enumerate(trace.records):
-        if isinstance(rec, OpRecord):
-            fates[rec.id] = _Fate(rec)
-            order.append(rec.id)
-            open_calls.append(rec.id)
-            last_activity_pos = pos
-        elif isinstance(rec, WaitRecord):
-            waits[rec.id] = rec.work
-            target = fates.get(rec.work)
-            if target is not None and target.waited_at is None:
-                target.waited_at = len(order)
-            open_calls.append(rec.id)
-            last_activity_pos = pos
-        elif isinstance(rec, RetRecord):
-            rid = rec.id
-            if rid in open_calls:
-                open_calls.remove(rid)
-            if rid in waits:
-                target = fates.get(waits[rid])
-                if target is not None and rec.err:
-                    target.error = rec.err
-                elif target is not None:
-                    target.completed = True
-                    if rec.src is not None:
-                        target.src = rec.src
-            elif rid in fates:
-                fate = fates[rid]
-                fate.issued = True
-                if rec.err:
-                    fate.error = rec.err
-                elif fate.record.eager:
-                    fate.completed = True  # an eager send completes on issue
-                elif not fate.record.is_async and fate.record.op in (
-                    "create_group",
-                    "monitored_barrier",
-                ):
-                    fate.completed = True
-            last_activity_pos = pos
-        elif isinstance(rec, DoneRecord) and rec.id in fates:
-            fates[rec.id].completed = True
-            if rec.src is not None:
-                fates[rec.id].src = rec.src
-        elif isinstance(rec, NewGroupRecord):
-            newgroups.append(rec)
-        elif isinstance(rec, NonMemberRecord):
-            nonmember.append(rec)
-        elif isinstance(rec, StateRecord):
-            last_state, last_state_pos = rec, pos
-        elif isinstance(rec, EndRecord):
-            ended = rec.how
-
-    ops: list[Op] = []
-    by_id: dict[int, Op] = {}
-    for index, op_id in enumerate(order):
-        fate = fates[op_id]
-        rec = fate.record
-        op = Op(
-            rank=rank,
-            id=op_id,
-            op=rec.op,
-            gid=rec.gid,
-            index=index,
-            seq=rec.seq,
-            api=rec.api,
-            peer=rec.peer,
-            root=rec.root,
-            tag=rec.tag,
-            redop=rec.redop,
-            dtype=rec.dtype,
-            count=rec.count,
-            splits=rec.splits,
-            ranks=rec.ranks,
-            timeout=rec.timeout,
-            is_async=rec.is_async,
-            batch=rec.batch,
-            stack=rec.stack,
-            issued=fate.issued,
-            completed=fate.completed,
-            error=fate.error,
-            src=fate.src,
-            waited_at=fate.waited_at,
-            eager=rec.eager,
-            deferred=rec.deferred,
+    def _compared(self) -> tuple[object, ...]:
+        """What equality compares: every field, with the ops in place of their source."""
+        return (
+            self.rank,
+            self.ops,
+            self.blocked,
+            self.ended,
+            self.newgroups,
+            self.nonmember_calls,
+            self.last_state,
+            self.record_count,
+            self.truncated,
         )
-        ops.append(op)
-        by_id[op_id] = op
-
-    blocked = _final_block(open_calls, waits, by_id, last_state, last_state_pos, last_activity_pos)
-    return Timeline(
-        rank=rank,
-        ops=tuple(ops),
-        blocked=blocked if ended is None else None,
-        ended=ended,
-        newgroups=tuple(newgroups),
-        nonmember_calls=tuple(nonmember),
-        last_state=last_state,
-        record_count=len(trace.records),
-        truncated=trace.truncated is not None,
-        by_id=by_id,
-    )
-
-
-def _final_block(
-    open_calls: list[int],
-    waits: dict[int, int],
-    by_id: dict[int, Op],
-    last_state: StateRecord | None,
-    last_state_pos: int,
-    last_activity_pos: int,
-) -> Blocked | None:
-    """The innermost open call decides; else a fresh watchdog stall report."""
-    if open_calls:
-        last = open_calls[-1]
-        if last in waits:
-            target = by_id.get(waits[last])
-            return Blocked((target,), "wait") if target is not None else None
-        op = by_id.get(last)
-        if op is not None and op.deferred and op.batch is not None:
-            # Inside a fused batch waiting for its launch: it needs every op of the batch.
-            batch = tuple(
-                o
-                for i in open_calls
-                if (o := by_id.get(i)) is not None and o.deferred and o.batch == op.batch
-            )
-            return Blocked(batch, "call")
-        if op is not None:
-            return Blocked((op,), "call")
-    if last_state is None or last_state_pos <= last_activity_pos:
-        return None
-    how = stall_kind(last_state.where, last_state.pending)
-    if how is None:
-        return None
-    pending = [by_id[i] for i in last_state.pending if i in by_id and not by_id[i].completed]
-    return Blocked(tuple(pending), how) if pending else None

@@ -39,6 +39,20 @@ def wait_position(op: Op) -> int | None:
     return None if at is None else max(at, op.index + 1)
 
 
+def channel_key(
+    op: str, gid: str, rank: int, peer: int | None, tag: int | None, sender: int | None = None
+) -> Channel | None:
+    """The channel of a send or receive of ``rank`` (fields as recorded), or None for any
+    other op; see :func:`channel_of`."""
+    tag = tag or 0
+    if op == "send" and peer is not None:
+        return (gid, rank, peer, tag)
+    if op == "recv":
+        source = peer if peer is not None else sender
+        return (gid, WILD if source is None else source, rank, tag)
+    return None
+
+
 def channel_of(op: Op, sender: int | None = None) -> Channel | None:
     """The channel of a send or receive, or None for any other op.
 
@@ -47,13 +61,7 @@ def channel_of(op: Op, sender: int | None = None) -> Channel | None:
     default, 0.  A receive's sender is its peer; a wildcard's is ``sender`` when given
     (the sender it is known to have matched), else :data:`WILD`.
     """
-    tag = op.tag or 0
-    if op.op == "send" and op.peer is not None:
-        return (op.gid, op.rank, op.peer, tag)
-    if op.op == "recv":
-        source = op.peer if op.peer is not None else sender
-        return (op.gid, WILD if source is None else source, op.rank, tag)
-    return None
+    return channel_key(op.op, op.gid, op.rank, op.peer, op.tag, sender)
 
 
 def mailbox(channel: Channel) -> Mailbox:

@@ -177,10 +177,80 @@ def shortest_cycle(waits: Mapping[int, Iterable[int]]) -> tuple[int, ...]:
         The cycle as its ranks in wait order, starting at the lowest rank that lies on a
         shortest cycle; of several such cycles the one whose ranks, in order, sort first.
         A rank waiting on itself is a cycle of one; ``()`` when there is no cycle.
+
+    Cycles lie inside strongly connected components, found in one pass; a component in
+    which every rank waits on one other is a single cycle, read off in one walk (a ring
+    of any size costs its length).  Other components are searched breadth-first from
+    each rank, in ascending order, through higher ranks only (the lowest rank of a
+    shortest cycle starts it) and no deeper than the shortest cycle found so far.
     """
-    graph = {rank: sorted(set(targets)) for rank, targets in waits.items()}
+    graph = {rank: sorted({t for t in targets if t in waits}) for rank, targets in waits.items()}
     best: tuple[int, ...] = ()
-    for start in sorted(graph):
+    for component in _cyclic_components(graph):
+        found = _cycle_in(graph, component)
+        if found and (not best or (len(found), found[0]) < (len(best), best[0])):
+            best = found
+    return best
+
+
+def _cyclic_components(graph: Mapping[int, Sequence[int]]) -> list[list[int]]:
+    """The strongly connected components that hold a cycle (Tarjan, iteratively), each
+    as its ranks ascending."""
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[int] = []
+    found: list[list[int]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            node, child = work.pop()
+            if child == 0:
+                index[node] = low[node] = len(index)
+                stack.append(node)
+                on_stack.add(node)
+            targets = graph[node]
+            for i in range(child, len(targets)):
+                target = targets[i]
+                if target not in index:
+                    work.append((node, i + 1))
+                    work.append((target, 0))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1 or node in graph[node]:
+                        found.append(sorted(component))
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+    return found
+
+
+def _cycle_in(graph: Mapping[int, Sequence[int]], component: list[int]) -> tuple[int, ...]:
+    """The shortest cycle of one strongly connected component (see :func:`shortest_cycle`)."""
+    members = set(component)
+    succ = {rank: [t for t in graph[rank] if t in members] for rank in component}
+    if all(len(targets) == 1 for targets in succ.values()):
+        start = component[0]
+        ring = [start]
+        rank = succ[start][0]
+        while rank != start:
+            ring.append(rank)
+            rank = succ[rank][0]
+        return tuple(ring)
+    best: tuple[int, ...] = ()
+    for start in component:
         # breadth-first from start, targets in ascending order: the first path found to
         # each rank is the shortest one that sorts first
         paths: dict[int, tuple[int, ...]] = {start: (start,)}
@@ -189,11 +259,11 @@ def shortest_cycle(waits: Mapping[int, Iterable[int]]) -> tuple[int, ...]:
         while frontier and not cycle and (not best or len(paths[frontier[0]]) < len(best)):
             following = []
             for rank in frontier:
-                for target in graph[rank]:
+                for target in succ[rank]:
                     if target == start:
                         cycle = paths[rank]
                         break
-                    if target in graph and target not in paths:
+                    if target > start and target not in paths:
                         paths[target] = (*paths[rank], target)
                         following.append(target)
                 if cycle:

@@ -8,10 +8,16 @@ reduction (:func:`dl2.model.stuck.deadlock_set`, where the AND/OR rule is stated
 of the blocked ranks, starting from the ranks that can progress.  A rank that will leave
 its wait by itself (a monitored_barrier with a short timeout, a loop polling
 is_completed()) counts as able to make progress: it is never part of a deadlock.
+
+Only the ranks that may wait (:meth:`ExecutionGraph.waiting_ranks`) get clauses; the
+node of any other rank is built when it is read.  Building the graph so costs what the
+blocked ranks and their clauses cost, whatever the length of the history and the size
+of the world.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -64,12 +70,15 @@ class WaitForGraph:
     """Who waits on whom, and the ranks that can never be released.
 
     Attributes:
-        nodes: rank -> its node.
+        nodes: rank -> its node, for every rank of the job.
         deadlocked: the deadlock set (empty when every blocked rank can still be released).
+        waiting: the nodes of the blocked and spinning ranks, ascending: the only ones
+            with clauses.
     """
 
     nodes: Mapping[int, RankNode]
     deadlocked: frozenset[int]
+    waiting: Mapping[int, RankNode]
 
     def waits_on_exited(self, rank: int) -> tuple[int, ...]:
         """Targets of a rank that have exited or failed: its orphaned waits."""
@@ -160,15 +169,47 @@ def _node(session: Session, graph: ExecutionGraph, rank: int) -> RankNode:
     return RankNode(rank, RankStatus.RUNNING)  # its op is matched: it is about to complete
 
 
+class _Nodes(Mapping[int, RankNode]):
+    """Every rank's node: those of the ranks that may wait built up front, the others
+    (running, exited, failed, without trace: no clauses) when read."""
+
+    def __init__(self, session: Session, graph: ExecutionGraph, known: dict[int, RankNode]) -> None:
+        self._session = session
+        self._graph = graph
+        self._known = known
+        self._world = world_ranks(graph.world_size, graph.traced[-1:])
+
+    def __getitem__(self, rank: int) -> RankNode:
+        node = self._known.get(rank)
+        if node is None:
+            if rank not in self._world:
+                raise KeyError(rank)
+            node = self._known[rank] = RankNode(rank, _status(self._session, self._graph, rank))
+        return node
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._world)
+
+    def __len__(self) -> int:
+        return len(self._world)
+
+
 def build_wait_for_graph(session: Session, graph: ExecutionGraph) -> WaitForGraph:
     """Build the wait-for graph of the final state and reduce it to the deadlock set."""
-    nodes = {
-        rank: _node(session, graph, rank) for rank in world_ranks(graph.world_size, graph.timelines)
+    known = {rank: _node(session, graph, rank) for rank in graph.waiting_ranks()}
+    nodes = _Nodes(session, graph, known)
+    waiting = {
+        r: n for r, n in known.items() if n.status in (RankStatus.BLOCKED, RankStatus.SPINNING)
     }
+    blocked = {r: n.clauses for r, n in waiting.items() if n.status is RankStatus.BLOCKED}
+    # Only the waiting ranks and their targets matter to the reduction.
+    concerned = set(waiting).union(
+        t for c in blocked.values() for clause in c for t in clause.targets
+    )
     free = (
         r
-        for r, n in nodes.items()
-        if n.status.can_progress or (n.status is RankStatus.BLOCKED and _bounded(n))
+        for r in concerned
+        if (node := nodes.get(r)) is not None
+        and (node.status.can_progress or (node.status is RankStatus.BLOCKED and _bounded(node)))
     )
-    waiting = {r: n.clauses for r, n in nodes.items() if n.status is RankStatus.BLOCKED}
-    return WaitForGraph(nodes=nodes, deadlocked=deadlock_set(waiting, free))
+    return WaitForGraph(nodes=nodes, deadlocked=deadlock_set(blocked, free), waiting=waiting)

@@ -156,6 +156,10 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
     if not traces:
         raise TraceFormatError(errors[0])
     warnings.extend(f"skipped {e}" for e in errors)
+    return build_session(traces, run_states(run_dir), run_dir=str(run_dir), warnings=warnings)
+
+
+def run_states(run_dir: str | os.PathLike[str]) -> dict[int, str]:
+    """rank -> its process state as the launcher's ``run.json`` gives it ({} without)."""
     meta = read_run_meta(run_dir)
-    states = {int(r): str(s.get("state", UNKNOWN)) for r, s in meta.get("ranks", {}).items()}
-    return build_session(traces, states, run_dir=str(run_dir), warnings=warnings)
+    return {int(r): str(s.get("state", UNKNOWN)) for r, s in meta.get("ranks", {}).items()}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dl2.analysis.describe import history_gap
 from dl2.analysis.describe import rank_list
 from dl2.analysis.prediction.program import build_program
 from dl2.analysis.prediction.search import Prediction
@@ -72,11 +73,14 @@ def potential_deadlock_findings(
     """Potential deadlocks of a run that did not deadlock, and warnings about the search."""
     if wfg.deadlocked or not graph.timelines:
         return [], []
-    total = sum(len(t.ops) for t in graph.timelines.values())
+    total = graph.op_count
     if total == 0:
         return [], []
     if total > MAX_OPS:
         return [], [f"deadlock prediction skipped: {total:,} ops (the bound is {MAX_OPS:,})"]
+    gap = history_gap(graph)
+    if gap is not None:  # a prediction replays the whole program
+        return [], [f"deadlock prediction skipped: {gap}"]
     recorded = recorded_semantics(session)
     # Each state copies the run's per-op flags: fewer states for a larger run.
     states = max(16, min(MAX_STATES, _WORK // total))

@@ -1,0 +1,202 @@
+"""The incremental model: every rank's trace fed as it is read, the graphs on demand.
+
+A :class:`Model` is fed the typed records of each trace file (in file order, any number
+at a time, files interleaved in any way) and keeps, per rank, its ops and calls
+(:mod:`dl2.model.rank_state`) and, across ranks, the collective slots and P2P channels
+(:mod:`dl2.model.matcher`).  Feeding costs what the new records cost; :meth:`Model.graph`
+returns the :class:`~dl2.model.execution_graph.ExecutionGraph` of this moment, a view
+that builds only what is read of it: the wait-for graph of a few blocked ranks costs
+nothing in the length of the history or the size of the world.
+
+**The window.** While the model keeps at most ``window`` ops (default
+:data:`DEFAULT_WINDOW`, the bound of the deadlock prediction), it keeps every op, and
+every analysis sees exactly what a build from the whole trace sees.  Past it, the
+oldest finished history (complete, matched collective slots and P2P pairs) is folded
+into counters; mismatched, unmatched, failed and pending ops are never folded.  The
+graph says so (``folded_ops``), and the analyses that need the whole history say in the
+report that they were skipped.
+
+When a rank has several trace files (it was restarted), the newest (its header's
+``wall``; the later one read on a tie) is the rank's; the others are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from dl2.model.checkpoint import ModelRecord
+from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.execution_graph import OpKey
+from dl2.model.matcher import Matcher
+from dl2.model.ops import Timeline
+from dl2.model.rank_state import OpState
+from dl2.model.rank_state import RankModel
+from dl2.trace.format import RankTrace
+from dl2.trace.schema.decode import Header
+from dl2.trace.session import Session
+from dl2.trace.stream import CHUNK_BYTES
+from dl2.trace.stream import stream_session
+
+#: ops kept before finished history is folded (the deadlock prediction's bound)
+DEFAULT_WINDOW = 200_000
+
+
+@dataclass
+class _File:
+    """A trace file fed to the model: its header, and its rank model if it is the rank's."""
+
+    header: Header
+    rank_model: RankModel | None
+    truncated: bool = False
+
+
+class Model:
+    """Every rank's state and the matches across ranks, fed record by record.
+
+    Args:
+        window: ops kept before finished history is folded; None keeps every op.
+
+    Attributes:
+        version: changes with every feed: a graph belongs to one version.
+        waiting: the ranks that may be blocked (inside a call, or stalled).
+    """
+
+    def __init__(self, window: int | None = DEFAULT_WINDOW) -> None:
+        self.window = window
+        self.version = 0
+        self.matcher = Matcher(self._drop)
+        self.waiting: set[int] = set()
+        self._files: dict[str, _File] = {}
+        self._ranks: dict[int, str] = {}  # rank -> the key of its file
+        self.world_size = 0  # the largest world size of the ranks' headers
+        self._models: dict[int, RankModel] = {}  # rank -> the model of its file
+
+    # -- feeding -----------------------------------------------------------------------
+
+    def feed(
+        self,
+        key: str,
+        header: Header,
+        records: Sequence[ModelRecord],
+        truncated: str | None = None,
+    ) -> None:
+        """Records that follow the ones fed so far of the file ``key``.
+
+        Args:
+            header: the file's header (read once, when the file is new).
+            truncated: the reader's note when the file ends in a partial record.
+        """
+        entry = self._files.get(key)
+        if entry is None:
+            entry = self._open(key, header)
+        entry.truncated = truncated is not None
+        rank_model = entry.rank_model
+        if rank_model is not None and records:
+            rank_model.feed(records)
+            if rank_model.may_wait():
+                self.waiting.add(rank_model.rank)
+            else:
+                self.waiting.discard(rank_model.rank)
+            if self.window is not None and self.matcher.retained > self.window:
+                self.matcher.fold(self.window)
+        self.version += 1
+
+    def _open(self, key: str, header: Header) -> _File:
+        rank = header.rank
+        current = self._ranks.get(rank)
+        entry = _File(header, None)
+        self._files[key] = entry
+        if current is None or self._files[current].header.wall <= header.wall:
+            if current is not None:
+                self._leave(current)
+            entry.rank_model = self._models[rank] = RankModel(rank, self.matcher)
+            self._ranks[rank] = key
+            if current is not None or header.world_size > self.world_size:
+                self._sizes()
+        return entry
+
+    def forget(self, key: str) -> None:
+        """Drop a file and what it told (its source went away)."""
+        if key in self._files:
+            if self._ranks.get(self._files[key].header.rank) == key:
+                self._leave(key)
+                del self._ranks[self._files[key].header.rank]
+                self._sizes()
+            del self._files[key]
+            self.version += 1
+
+    def _leave(self, key: str) -> None:
+        """The file ``key`` stops being its rank's: forget its ops."""
+        entry = self._files[key]
+        if entry.rank_model is not None:
+            rank = entry.rank_model.rank
+            self.matcher.remove_rank(rank, entry.rank_model.ops.values())
+            self.waiting.discard(rank)
+            entry.rank_model = None
+            del self._models[rank]
+
+    def _sizes(self) -> None:
+        heads = (self._files[k].header.world_size for k in self._ranks.values())
+        self.world_size = max(heads, default=0)
+        self.matcher.set_world(self.world_size)
+
+    def _drop(self, st: OpState) -> None:
+        self._models[st.rank].ops.pop(st.rec.id, None)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def ranks(self) -> list[int]:
+        """The ranks with a trace."""
+        return list(self._ranks)
+
+    def rank_model(self, rank: int) -> RankModel | None:
+        return self._models.get(rank)
+
+    def truncated(self, rank: int) -> bool:
+        key = self._ranks.get(rank)
+        return key is not None and self._files[key].truncated
+
+    def op_state(self, key: OpKey) -> OpState | None:
+        rank_model = self.rank_model(key[0])
+        return rank_model.ops.get(key[1]) if rank_model is not None else None
+
+    def op_count(self) -> int:
+        """Every op the traces hold: kept, folded, or before a checkpoint."""
+        total = 0
+        for key in self._ranks.values():
+            rank_model = self._files[key].rank_model
+            total += rank_model.n_ops if rank_model is not None else 0
+        return total
+
+    def resumed(self) -> frozenset[int]:
+        """The ranks whose trace starts at a checkpoint."""
+        return frozenset(r for r in self._ranks if (m := self.rank_model(r)) and m.resumed)
+
+    def graph(self) -> ExecutionGraph:
+        """The execution graph of what was fed so far (valid until the next feed)."""
+        return ExecutionGraph(self)
+
+
+def build_timeline(trace: RankTrace) -> Timeline:
+    """One rank's timeline from its whole trace, without matching it to any other."""
+    model = Model(window=None)
+    model.feed(trace.path, trace.header, trace.records, trace.truncated)
+    return model.graph().timelines[trace.rank]
+
+
+def stream_run(
+    run_dir: str | os.PathLike[str],
+    window: int | None = DEFAULT_WINDOW,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> tuple[Session, ExecutionGraph]:
+    """Read a run directory through a model, chunk by chunk (post-mortem analysis):
+    its session (headers, process states, warnings) and execution graph.
+
+    Raises:
+        NoDataError, TraceFormatError: as :func:`dl2.trace.session.load_session`.
+    """
+    model = Model(window=window)
+    session = stream_session(run_dir, model.feed, model.forget, chunk_bytes)
+    return session, model.graph()

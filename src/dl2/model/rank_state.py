@@ -1,0 +1,393 @@
+"""One rank's state, updated record by record: its ops, their fates, its open calls.
+
+A :class:`RankModel` is fed the typed records of one rank's trace in file order, any
+number at a time; each record costs a few dictionary operations.  Each op is an
+:class:`OpState` (the record and what later records say of it: issued, completed,
+failed, the sender a wildcard receive matched, where the rank first waited on it); the
+model hands every new op and every change that matters for matching to a
+:class:`Sink` (the cross-rank :class:`dl2.model.matcher.Matcher`), which may fold
+finished ops away.  :meth:`RankModel.blocked` and :meth:`RankModel.timeline` read the
+rank's state on demand.
+
+A rank may start at a checkpoint (:mod:`dl2.model.checkpoint`): the first record of a
+rotated segment, which stands for the history before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from typing import Protocol
+
+import msgspec
+
+from dl2.model.checkpoint import CheckpointRecord
+from dl2.model.checkpoint import ModelRecord
+from dl2.model.ops import Blocked
+from dl2.model.ops import Op
+from dl2.model.ops import Timeline
+from dl2.model.stuck import stall_kind
+from dl2.trace.schema.decode import DoneRecord
+from dl2.trace.schema.decode import EndRecord
+from dl2.trace.schema.decode import NewGroupRecord
+from dl2.trace.schema.decode import NonMemberRecord
+from dl2.trace.schema.decode import OpRecord
+from dl2.trace.schema.decode import RetRecord
+from dl2.trace.schema.decode import StateRecord
+from dl2.trace.schema.decode import WaitRecord
+
+#: blocking ops that complete when their call returns (no work to wait on)
+_COMPLETE_ON_RETURN = frozenset({"create_group", "monitored_barrier"})
+
+
+class OpState(msgspec.Struct, gc=False):
+    """One op of a rank: its record and what the records after it say of it.
+
+    ``issued`` means the call returned; ``completed`` that a wait on it returned or the
+    watchdog saw it done; ``pos`` is a collective's position on its group (set by the
+    matcher).  :meth:`op` is the immutable :class:`~dl2.model.ops.Op` of the moment.
+
+    A struct the garbage collector does not track (``gc=False``; it takes part in no
+    reference cycle): the model keeps up to its window of them, and tracking them made
+    each collection scan them all.  Compared by identity, never by value.
+    """
+
+    rec: OpRecord
+    rank: int
+    index: int
+    pos: int = -1
+    issued: bool = False
+    completed: bool = False
+    error: str | None = None
+    src: int | None = None
+    waited_at: int | None = None
+    cached: Op | None = None
+
+    @property
+    def done(self) -> bool:
+        """Issued and completed without error: nothing can happen to it any more."""
+        return self.issued and self.completed and self.error is None
+
+    @property
+    def pending_wildcard(self) -> bool:
+        """A receive from any sender whose sender is not known (yet)."""
+        return self.src is None and self.rec.peer is None and self.rec.op == "recv"
+
+    def op(self) -> Op:
+        """The :class:`Op` of the moment (built once per change).
+
+        Built without ``Op.__init__``, whose frozen checks cost 8 times the rest: every
+        field is set here (``tests/unit/test_incremental.py`` checks that none is
+        forgotten), and an ``Op`` stays immutable once built.
+        """
+        op = self.cached
+        if op is None:
+            rec = self.rec
+            op = self.cached = _new(Op)
+            op.__dict__.update(
+                rank=self.rank,
+                id=rec.id,
+                op=rec.op,
+                gid=rec.gid,
+                index=self.index,
+                seq=rec.seq,
+                api=rec.api,
+                peer=rec.peer,
+                root=rec.root,
+                tag=rec.tag,
+                redop=rec.redop,
+                dtype=rec.dtype,
+                count=rec.count,
+                splits=rec.splits,
+                ranks=rec.ranks,
+                timeout=rec.timeout,
+                is_async=rec.is_async,
+                batch=rec.batch,
+                stack=rec.stack,
+                issued=self.issued,
+                completed=self.completed,
+                error=self.error,
+                src=self.src,
+                waited_at=self.waited_at,
+                eager=rec.eager,
+                deferred=rec.deferred,
+            )
+        return op
+
+
+_new = object.__new__
+
+
+class Sink(Protocol):
+    """Where a rank model reports its ops (the cross-rank matcher)."""
+
+    def add(self, st: OpState) -> None: ...
+
+    def done(self, st: OpState) -> None: ...
+
+    def undone(self, st: OpState) -> None: ...
+
+    def resolved(self, st: OpState) -> None: ...
+
+    def remove_rank(self, rank: int, ops: Iterable[OpState]) -> None: ...
+
+    def resume(self, rank: int, ck: CheckpointRecord, open_ops: list[OpState]) -> None: ...
+
+
+class RankModel:
+    """One rank's ops and calls, from its records (see the module docstring).
+
+    Attributes:
+        ops: op id -> state, of the ops kept, in program order.
+        n_ops: ops seen, a checkpoint's earlier ones included (the next op's index).
+        n_records: records fed.
+        resumed: the trace started at a checkpoint (its earlier history is absent).
+    """
+
+    def __init__(self, rank: int, sink: Sink) -> None:
+        self.rank = rank
+        self.sink = sink
+        self._reset()
+
+    def _reset(self) -> None:
+        self.ops: dict[int, OpState] = {}
+        self.n_ops = 0
+        self.n_records = 0
+        self.resumed = False
+        self.waits: dict[int, int] = {}  # open wait id -> op id
+        self.open_calls: dict[int, None] = {}  # op / wait ids entered, not returned, in order
+        self.newgroups: list[NewGroupRecord] = []
+        self.nonmember: list[NonMemberRecord] = []
+        self.ended: str | None = None
+        self.last_state: StateRecord | None = None
+        self.state_at = -1  # record position of last_state
+        self.activity_at = -1  # record position of the last op, wait or ret
+
+    # -- records -----------------------------------------------------------------------
+
+    def feed(self, records: Iterable[ModelRecord]) -> None:
+        """Apply records that follow the ones fed so far.
+
+        The hot path (op, ret, wait) is written out here, with the record's class
+        compared once: it runs for every record of every trace.
+        """
+        ops = self.ops
+        waits = self.waits
+        calls = self.open_calls
+        sink = self.sink
+        rank = self.rank
+        at = self.n_records
+        n_ops = self.n_ops
+        active = self.activity_at
+        for rec in records:
+            kind = type(rec)
+            if kind is OpRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, OpRecord)
+                st = OpState(rec, rank, n_ops)
+                n_ops += 1
+                ops[rec.id] = st
+                calls[rec.id] = None
+                active = at
+                sink.add(st)
+            elif kind is RetRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, RetRecord)
+                rid = rec.id
+                calls.pop(rid, None)
+                work = waits.pop(rid, None)
+                target = ops.get(rid if work is None else work)
+                active = at
+                if target is None:
+                    pass
+                elif work is None:
+                    self._returned(target, rec.err)
+                elif rec.err:
+                    if target.done:
+                        sink.undone(target)
+                    target.error = rec.err
+                    target.cached = None
+                elif rec.src is None and target.issued and not target.completed:
+                    target.completed = True  # the common case: a wait returned
+                    target.cached = None
+                    if target.error is None:
+                        sink.done(target)
+                else:
+                    self._complete(target, rec.src)
+            elif kind is WaitRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, WaitRecord)
+                waits[rec.id] = rec.work
+                target = ops.get(rec.work)
+                if target is not None and target.waited_at is None:
+                    target.waited_at = n_ops
+                    target.cached = None
+                calls[rec.id] = None
+                active = at
+            elif kind is DoneRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, DoneRecord)
+                target = ops.get(rec.id)
+                if target is not None:
+                    self._complete(target, rec.src)
+            elif kind is StateRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, StateRecord)
+                self.last_state = rec
+                self.state_at = at
+            elif kind is NewGroupRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, NewGroupRecord)
+                self.newgroups.append(rec)
+            elif kind is NonMemberRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, NonMemberRecord)
+                self.nonmember.append(rec)
+            elif kind is EndRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, EndRecord)
+                self.ended = rec.how
+            elif kind is CheckpointRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, CheckpointRecord)
+                self.n_records, self.n_ops, self.activity_at = at, n_ops, active
+                self._checkpoint(rec)
+                ops, waits, calls = self.ops, self.waits, self.open_calls
+                n_ops, active = self.n_ops, self.activity_at
+            at += 1
+        self.n_records = at
+        self.n_ops = n_ops
+        self.activity_at = active
+
+    def _returned(self, st: OpState, err: str | None) -> None:
+        """An op's call returned: it is issued (complete, for some ops)."""
+        was = st.done
+        st.issued = True
+        st.cached = None
+        op = st.rec
+        if err:
+            st.error = err
+        elif op.eager or (not op.is_async and op.op in _COMPLETE_ON_RETURN):
+            st.completed = True  # an eager send completes on issue
+        if not was and st.done:
+            self.sink.done(st)
+        elif was and not st.done:
+            self.sink.undone(st)
+
+    def _complete(self, st: OpState, src: int | None) -> None:
+        was = st.done
+        st.completed = True
+        st.cached = None
+        if src is not None:
+            wildcard = st.pending_wildcard
+            st.src = src
+            if wildcard:
+                self.sink.resolved(st)
+        if not was and st.done:
+            self.sink.done(st)
+
+    # -- checkpoints -------------------------------------------------------------------
+
+    def _checkpoint(self, ck: CheckpointRecord) -> None:
+        """Start at a checkpoint; one that follows this rank's history seamlessly (the
+        whole trace is read, segment after segment) changes nothing."""
+        if self.n_records and ck.ops_before == self.n_ops:
+            return
+        if self.n_records:  # a gap in the history: restart from the checkpoint
+            self.sink.remove_rank(self.rank, self.ops.values())
+            self._reset()
+        self.resumed = True
+        self.n_ops = ck.ops_before
+        issued = set(ck.issued)
+        first = ck.ops_before - len(ck.open)
+        opened: list[OpState] = []
+        for j, rec in enumerate(ck.open):
+            st = OpState(rec, self.rank, first + j)
+            st.issued = rec.id in issued
+            self.ops[rec.id] = st
+            opened.append(st)
+        self.sink.resume(self.rank, ck, opened)
+        entered = [(r.t, r.id) for r in ck.open if r.id not in issued]
+        entered += [(w.t, w.id) for w in ck.waits]
+        for _, call in sorted(entered):
+            self.open_calls[call] = None
+        for wait in ck.waits:
+            self.waits[wait.id] = wait.work
+            target = self.ops.get(wait.work)
+            if target is not None and target.waited_at is None:
+                target.waited_at = ck.ops_before
+
+    # -- the rank's state --------------------------------------------------------------
+
+    def may_wait(self) -> bool:
+        """Whether the rank may be blocked: inside a call, or last seen by its watchdog
+        stalled on pending works.  A rank for which this is false is not blocked."""
+        if self.ended is not None:
+            return False
+        if self.open_calls:
+            return True
+        state = self.last_state
+        return (
+            state is not None
+            and self.state_at > self.activity_at
+            and stall_kind(state.where, state.pending) is not None
+        )
+
+    def blocked(self) -> Blocked | None:
+        """What the rank is stuck in at the end of what was read: the innermost open
+        call decides; else a watchdog stall report newer than the last call."""
+        if self.ended is not None:
+            return None
+        ops = self.ops
+        if self.open_calls:
+            last = next(reversed(self.open_calls))
+            if last in self.waits:
+                target = ops.get(self.waits[last])
+                return Blocked((target.op(),), "wait") if target is not None else None
+            st = ops.get(last)
+            if st is not None and st.rec.deferred and st.rec.batch is not None:
+                # Inside a fused batch waiting for its launch: it needs every op of it.
+                batch = st.rec.batch
+                members = (ops.get(i) for i in self.open_calls)
+                return Blocked(
+                    tuple(
+                        o.op()
+                        for o in members
+                        if o is not None and o.rec.deferred and o.rec.batch == batch
+                    ),
+                    "call",
+                )
+            if st is not None:
+                return Blocked((st.op(),), "call")
+        state = self.last_state
+        if state is None or self.state_at <= self.activity_at:
+            return None
+        how = stall_kind(state.where, state.pending)
+        if how is None:
+            return None
+        pending = tuple(
+            o.op() for i in state.pending if (o := ops.get(i)) is not None and not o.completed
+        )
+        return Blocked(pending, how) if pending else None
+
+    def timeline(self, truncated: bool, check: Callable[[], None]) -> Timeline:
+        """The rank's timeline; ``check`` guards the ops, which are built on first use,
+        against a model that moved on since."""
+        kept = self.ops
+
+        def ops() -> tuple[Op, ...]:
+            check()
+            return tuple(st.op() for st in kept.values())
+
+        return Timeline(
+            rank=self.rank,
+            source=ops,
+            blocked=self.blocked(),
+            ended=self.ended,
+            newgroups=tuple(self.newgroups),
+            nonmember_calls=tuple(self.nonmember),
+            last_state=self.last_state,
+            record_count=self.n_records,
+            truncated=truncated,
+        )

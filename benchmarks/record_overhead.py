@@ -10,7 +10,8 @@ see the same machine load, and the figures are medians of per-block differences:
 * per-op cost: 2000 all_reduce of 8 float32 on each group (40 blocks of 50), wall time
   and the calling thread's CPU time (the CPU figure is less sensitive to a busy machine);
 * recording cost alone: the same calls on the recorded group with gloo replaced by a
-  work that is already complete, with recording on vs off (no network, no scheduling);
+  work that is already complete, with recording on vs off (no network, no scheduling),
+  in 400 short blocks of 50 calls each way; wall and CPU time;
 * DDP: a GPT-2-like stack (embedding, 2 transformer blocks of width 128, LM head),
   one DDP model per group, steps alternating; the step-time ratio recorded / plain.
 """
@@ -36,6 +37,12 @@ HARD_TIMEOUT_S = 240
 WORLD = 2
 QUICK = os.environ.get("DL2_BENCH_QUICK") == "1"
 BLOCKS, BLOCK_OPS = (10, 50) if QUICK else (40, 50)  # 2000 ops per group
+# Recording alone: many short blocks.  A block must be much shorter than a scheduler time
+# slice: with blocks of 500 ops (5 ms recorded, 1 ms not) a slice given to another
+# process lands in most recorded blocks and in few plain ones, and the median delta
+# doubled or tripled under load (14-28 us for 8-9 us of CPU); with 50-op blocks the
+# median wall delta matches the CPU figure.
+ALONE_BLOCKS, ALONE_OPS = (100, 50) if QUICK else (400, 50)  # 20000 ops each way
 DDP_WARMUP, DDP_STEPS = (2, 8) if QUICK else (4, 32)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,14 +138,18 @@ def rank_main(out_path: str) -> None:
     inner, fd = recorded._dl2_inner, rec.fd
     recorded._dl2_inner = Complete()  # type: ignore
     alone: dict[str, list[float]] = {"on": [], "off": []}
+    alone_cpu: dict[str, list[float]] = {"on": [], "off": []}
     try:
-        for _ in range(BLOCKS):
+        for _ in range(ALONE_BLOCKS):
             for name, on in (("on", True), ("off", False)):
                 rec.fd = fd if on else -1
-                alone[name].append(_per_op(lambda: dist.all_reduce(t, group=recorded), 500)[0])
+                w, c = _per_op(lambda: dist.all_reduce(t, group=recorded), ALONE_OPS)
+                alone[name].append(w)
+                alone_cpu[name].append(c)
     finally:
         rec.fd, recorded._dl2_inner = fd, inner
     result["alone"] = alone
+    result["alone_cpu"] = alone_cpu
 
     # DDP: one model per group, steps alternating.
     models = {}
@@ -184,7 +195,7 @@ def _median_delta(a: list[float], b: list[float]) -> float:
 
 def report(result: dict[str, Any], trace_dir: Path) -> str:
     wall, cpu = result["op"]["wall"], result["op"]["cpu"]
-    alone = result["alone"]
+    alone, alone_cpu = result["alone"], result["alone_cpu"]
     steps, step_cpu = result["ddp"]["steps"], result["ddp"]["cpu"]
 
     def ratio(figures: dict[str, list[float]]) -> float:
@@ -206,7 +217,8 @@ def report(result: dict[str, Any], trace_dir: Path) -> str:
         f"median delta {_median_delta(cpu['rec'], cpu['plain']):+6.1f} us",
         f"  recording alone (gloo replaced by a complete work, on vs off): "
         f"median {_median_delta(alone['on'], alone['off']):.1f} us, "
-        f"best {min(alone['on']) - min(alone['off']):.1f} us per op",
+        f"best {min(alone['on']) - min(alone['off']):.1f} us per op; "
+        f"CPU {_median_delta(alone_cpu['on'], alone_cpu['off']):.1f} us",
         f"DDP, GPT-2-like ({result['ddp']['params'] / 1e6:.2f} M params, bucket 1 MB, "
         f"{per_step} recorded collectives per step), "
         f"{steps_n} interleaved steps:",

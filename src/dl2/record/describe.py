@@ -17,6 +17,7 @@ from typing import Any
 from typing import Protocol
 
 import torch
+import torch.distributed as dist
 
 from dl2.trace.schema.encode import count_field
 from dl2.trace.schema.encode import redop_field
@@ -120,14 +121,37 @@ def _async(opts: Any) -> bool:
     return True if flag is None else bool(flag)
 
 
+_SUM = dist.ReduceOp.SUM
+# (dtype, element count) -> the encoded fields of a sum all_reduce of one such tensor:
+# DDP's buckets and a training loop's own calls repeat a handful of shapes.
+_SUM_FIELDS: dict[tuple[Any, int], str] = {}
+_SUM_FIELDS_LIMIT = 4096
+
+
+def _sum_fields(t: Any) -> str:
+    """reduce_fields of a sum over tensor ``t``, cached by dtype and size."""
+    key = (t.dtype, t.numel())
+    fields = _SUM_FIELDS.get(key)
+    if fields is None:
+        if len(_SUM_FIELDS) >= _SUM_FIELDS_LIMIT:
+            _SUM_FIELDS.clear()
+        fields = _SUM_FIELDS[key] = reduce_fields("sum", _dtype(t), key[1])
+    return fields
+
+
 def _d_allreduce(pg: Group, a: tuple[Any, ...], k: dict[str, Any]) -> tuple[str, bool]:
     if len(a) == 2 and not k:  # the (tensors, opts) form every caller but users uses
         tensors, opts = a
         if type(tensors) is list and len(tensors) == 1:  # the hot path, inlined
             try:
+                t = tensors[0]
+                # ReduceOp == RedOpType is the one cheap comparison pybind offers
+                # (reading the op's int costs twice as much); other ops take the
+                # generic path below.
+                if opts.reduceOp == _SUM and isinstance(t, _Tensor):
+                    return _sum_fields(t), bool(opts.asyncOp)
                 redop = _REDOPS.get(int(opts.reduceOp.op))
                 if redop is not None:
-                    t = tensors[0]
                     dtype = _DTYPES.get(t.dtype) or _dtype(t)
                     return reduce_fields(redop, dtype, t.numel()), bool(opts.asyncOp)
             except (AttributeError, TypeError, ValueError):

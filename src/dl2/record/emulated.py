@@ -117,7 +117,7 @@ def post(
     def issue() -> Any:
         if eager is not None:
             return issue_eager(pg._dl2_rec, oid, fn, eager, False, stack)
-        return pg._dl2_issue(oid, fn, args, kwargs, True, anyranks, stack, True)
+        return pg._dl2_issue(oid, fn, args, kwargs, True, anyranks, stack, _tid(), True)
 
     placeholder = DeferredWork()
     keys = gate.partner_keys(direction, gid, src, dst, tag)

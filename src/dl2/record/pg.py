@@ -142,7 +142,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         """Record a collective, run it on the inner group, wrap its work."""
         rec = self._dl2_rec
         fn = getattr(self._dl2_inner, method)
-        if not rec.active:
+        if rec.fd < 0:  # not recording (Recorder.active, without the property call)
             return fn(*args, **kwargs)
         try:
             try:
@@ -159,7 +159,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             )
         except Exception:
             return fn(*args, **kwargs)
-        return self._dl2_issue(oid, fn, args, kwargs, is_async, None, stack)
+        return self._dl2_issue(oid, fn, args, kwargs, is_async, None, stack, tid)
 
     def _dl2_p2p(
         self,
@@ -171,7 +171,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         """Record a send / recv / recv_anysource, run it, wrap its work."""
         rec = self._dl2_rec
         fn = getattr(self._dl2_inner, method)
-        if not rec.active:
+        if rec.fd < 0:
             return fn(*args, **kwargs)
         try:
             tensors = arg(args, kwargs, 0, "tensors", "arg0")
@@ -234,7 +234,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
                 return placeholder
         if eager is not None:
             return emulated.issue_eager(rec, oid, fn, eager, sync, stack)
-        return self._dl2_issue(oid, fn, args, kwargs, not sync, anyranks, stack, True)
+        return self._dl2_issue(oid, fn, args, kwargs, not sync, anyranks, stack, tid, True)
 
     def _dl2_issue(
         self,
@@ -245,8 +245,10 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         is_async: bool,
         anyranks: list[int] | None,
         stack: str,
+        tid: int,
         point_to_point: bool = False,
     ) -> Any:
+        """Issue op ``oid`` (recorded by thread ``tid``) and record what follows."""
         rec = self._dl2_rec
         try:
             work = fn(*args, **kwargs)
@@ -268,9 +270,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         # wait go out in one write, the wait's ret shares the next one.
         try:
             wid = next(rec.ids)
-            t = _now()
-            tid = _tid()
-            rec.emit(issued_then_wait_lines(oid, wid, t, tid, stack))
+            rec.emit(issued_then_wait_lines(oid, wid, _now(), tid, stack))
             blocking = rec.blocking
             blocking[tid] = oid  # pending while waited on (the watchdog lists it)
         except Exception:

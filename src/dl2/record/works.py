@@ -27,6 +27,7 @@ from dl2.trace.schema.encode import wait_line
 _getframe = sys._getframe
 _now = time.monotonic_ns
 _tid = threading.get_ident
+_work_init = dist.Work.__init__
 
 
 class ForwardingWork(dist.Work):  # type: ignore[misc]
@@ -35,6 +36,11 @@ class ForwardingWork(dist.Work):  # type: ignore[misc]
     The methods ``dist.Work`` defines are forwarded one by one (``__getattr__`` is only
     reached for names it does not define).
     """
+
+    # Slots, not an instance dict: a work is made per async op (per DDP bucket), and
+    # slots make it about twice as fast to build.  Like gloo's own works, a work takes
+    # no new attributes.
+    __slots__ = ("_dl2_work",)
 
     _dl2_work: Any
 
@@ -88,6 +94,8 @@ class DeferredWork(ForwardingWork):
     """The work of a fused-batch op, bound to the real work when its batch launches
     (before ``batch_isend_irecv`` returns); every method forwards to it."""
 
+    __slots__ = ()
+
     def __init__(self) -> None:
         super().__init__()
         self._dl2_work = None
@@ -108,6 +116,8 @@ class RecordedWork(ForwardingWork):
             the result its wait() returns again without waiting.
     """
 
+    __slots__ = ("_dl2_anyranks", "_dl2_oid", "_dl2_poll_stack", "_dl2_rec", "_dl2_waited")
+
     def __init__(
         self,
         inner: Any,
@@ -116,7 +126,7 @@ class RecordedWork(ForwardingWork):
         anyranks: list[int] | None,
         waited: bool | None = None,
     ) -> None:
-        super().__init__()
+        _work_init(self)
         self._dl2_work = inner
         self._dl2_oid = oid
         self._dl2_rec = recorder
@@ -130,7 +140,7 @@ class RecordedWork(ForwardingWork):
             return self._dl2_waited
         inner = self._dl2_work
         rec = self._dl2_rec
-        if not rec.active:
+        if rec.fd < 0:  # not recording
             return bool(inner.wait() if timeout is None else inner.wait(timeout))
         try:
             wid = next(rec.ids)
@@ -180,6 +190,8 @@ class EagerWork(dist.Work):  # type: ignore[misc]
         buffer: the copy gloo sends (also what ``result()`` returns).
         waited: True for a blocking send, whose wait the group recorded already.
     """
+
+    __slots__ = ("_dl2_buffer", "_dl2_oid", "_dl2_rec", "_dl2_waited")
 
     def __init__(self, oid: int, recorder: Recorder, buffer: list[Any], waited: bool) -> None:
         super().__init__()

@@ -155,10 +155,15 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def start_logged(
-    command: list[str], out: IO[bytes], env: dict[str, str], cwd: Path | None = None
+    command: list[str],
+    out: IO[bytes],
+    env: dict[str, str],
+    cwd: Path | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ``command`` in a session of its own (killed with :func:`kill_group`), no
-    stdin, stdout and stderr both to ``out``."""
+    stdin, stdout and stderr both to ``out``; ``preexec_fn`` runs in the child first
+    (resource limits)."""
     return subprocess.Popen(
         command,
         cwd=cwd,
@@ -167,6 +172,7 @@ def start_logged(
         stdout=out,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        preexec_fn=preexec_fn,
     )
 
 

@@ -73,6 +73,7 @@ from benchmarks._harness import PYTHON
 from benchmarks._harness import REPO
 from benchmarks._harness import kill_group
 from benchmarks._harness import markdown_table
+from benchmarks._harness import start_logged
 from dl2.trace.format import trace_file_name
 
 CASES = BENCH / "scale_cases"
@@ -272,15 +273,8 @@ def run_child(
 
     started = time.monotonic()
     with out.open("wb") as log:
-        proc = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=limit if mem_cap is not None else None,
+        proc = start_logged(
+            command, log, env, cwd=cwd, preexec_fn=limit if mem_cap is not None else None
         )
     killed_at = None
     status, usage = 0, None

@@ -2,8 +2,9 @@
 
 A :class:`TraceTailer` follows every trace file of a run directory (``refresh``) and,
 for multi-node runs, the files other nodes' monitors mirror through the job's store
-(``ingest``).  Both go through the same parser, so a mirrored file reads exactly like a
-local one.
+(``ingest``).  Both go through the same reader, so a mirrored file reads exactly like a
+local one.  The segments of one process are one trace; a segment the recorder deleted
+(rotated away) is dropped here too, the next segment's checkpoint standing for it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from dl2.errors import TraceFormatError
 from dl2.model.stuck import stall_kind
 from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
-from dl2.trace.format import parse_header
-from dl2.trace.format import parse_records
+from dl2.trace.format import TraceReader
+from dl2.trace.format import join_segments
+from dl2.trace.format import stream_of
+from dl2.trace.schema.decode import CheckpointRecord
 from dl2.trace.schema.decode import EndRecord
 from dl2.trace.schema.decode import Header
 from dl2.trace.schema.decode import OpRecord
@@ -31,57 +34,63 @@ from dl2.trace.schema.decode import WaitRecord
 
 @dataclass
 class _File:
-    """One trace file as read so far.
+    """One trace file (one segment) as read so far.
 
     Attributes:
-        name: the file name (unique per rank process).
+        name: the file name (unique per rank process and segment).
         path: where to read it; None for a file mirrored from another node.
-        offset: bytes consumed (complete lines only).
+        reader: its incremental reader (``reader.consumed``: the bytes read).
         outbox: consumed bytes not yet handed to :meth:`TraceTailer.drain`.
         records_seen: every record read, watchdog reports included.
         open_calls: op and wait ids entered and not yet returned.
         stall: the last record is a watchdog ``state`` that finds the rank in
             communication (backward, comm) with pending works.
-        partial_since: when a partial last line was first seen at ``offset``.
+        partial_since: when a partial last line was first seen at the read offset.
     """
 
     name: str
     path: Path | None
-    offset: int = 0
-    header: Header | None = None
+    reader: TraceReader = field(init=False)
     records: list[Record] = field(default_factory=list)
     progress: int = 0
     records_seen: int = 0
-    truncated: str | None = None
     error: str | None = None
     outbox: list[bytes] = field(default_factory=list)
     open_calls: set[int] = field(default_factory=set)
     stall: bool = False
     partial_since: float | None = None
 
+    def __post_init__(self) -> None:
+        self.reader = TraceReader(str(self.path or self.name))
+        self.stem, self.segment = stream_of(self.name)
+
+    @property
+    def header(self) -> Header | None:
+        return self.reader.header
+
+    @property
+    def offset(self) -> int:
+        return self.reader.consumed
+
+    @property
+    def truncated(self) -> str | None:
+        return self.reader.truncated
+
     def feed(self, data: bytes, now: float, keep: bool) -> bool:
         """Parse ``data`` (what follows ``offset``); True if a record was new."""
-        start = 0
+        before = self.reader.consumed
         try:
-            if self.header is None:
-                newline = data.find(b"\n")
-                if newline < 0:
-                    return False
-                self.header = parse_header(data[:newline], self.name)
-                start = newline + 1
-            records, truncated, consumed = parse_records(data[start:], self.name)
+            records = self.reader.feed(data)
         except TraceFormatError as err:
             self.error = str(err)
             raise
-        used = start + consumed
+        used = self.reader.consumed - before
         if keep and used:
             self.outbox.append(data[:used])
-        self.offset += used
-        if truncated is None:
+        if self.reader.truncated is None:
             self.partial_since = None
-        elif self.partial_since is None or consumed:
+        elif self.partial_since is None or used:
             self.partial_since = now
-        self.truncated = truncated
         for record in records:
             self._note(record)
         self.records.extend(records)
@@ -93,6 +102,12 @@ class _File:
             # Watchdog reports are not progress: a rank that only writes them is quiet.
             self.stall = stall_kind(record.where, record.pending) is not None
             return
+        if isinstance(record, CheckpointRecord):
+            # The state the previous segment left (written along with a record there).
+            issued = set(record.issued)
+            self.open_calls = {op.id for op in record.open if op.id not in issued}
+            self.open_calls.update(wait.id for wait in record.waits)
+            return
         self.progress += 1
         if isinstance(record, OpRecord | WaitRecord):
             self.stall = False
@@ -103,6 +118,9 @@ class _File:
         elif isinstance(record, EndRecord):
             self.open_calls.clear()
             self.stall = False
+
+    def trace(self) -> RankTrace:
+        return self.reader.trace(self.records)
 
     @property
     def rank(self) -> int:
@@ -126,6 +144,8 @@ class TraceTailer:
         self.keep_outbox = keep_outbox
         self._files: dict[str, _File] = {}
         self.errors: list[str] = []
+        # stem -> (progress, records seen) of its segments dropped after rotation
+        self._retired: dict[str, tuple[int, int]] = {}
 
     # -- reading -----------------------------------------------------------------------
 
@@ -138,10 +158,25 @@ class TraceTailer:
         except OSError:
             return False
         for name in names:
-            entry = self._files.setdefault(name, _File(name, self.run_dir / name))
+            entry = self._files.get(name)
+            if entry is None:
+                entry = self._files[name] = _File(name, self.run_dir / name)
             if entry.error is None and entry.path is not None and self._read(entry, now):
                 grew = True
+        self._retire(set(names))
         return grew
+
+    def _retire(self, present: set[str]) -> None:
+        """Drop local segments the recorder deleted, once a later one of theirs exists."""
+        latest: dict[str, int] = {}
+        for entry in self._files.values():
+            latest[entry.stem] = max(latest.get(entry.stem, 0), entry.segment)
+        for name, entry in list(self._files.items()):
+            if entry.path is None or name in present or entry.segment >= latest[entry.stem]:
+                continue
+            progress, seen = self._retired.get(entry.stem, (0, 0))
+            self._retired[entry.stem] = (progress + entry.progress, seen + entry.records_seen)
+            del self._files[name]
 
     def _read(self, entry: _File, now: float) -> bool:
         assert entry.path is not None
@@ -193,21 +228,30 @@ class TraceTailer:
     def local_names(self) -> set[str]:
         return {e.name for e in self._files.values() if e.path is not None}
 
+    def _streams(self) -> dict[str, list[_File]]:
+        """stem -> the readable segments of that process."""
+        streams: dict[str, list[_File]] = {}
+        for entry in self._ranked():
+            streams.setdefault(entry.stem, []).append(entry)
+        return streams
+
     def traces(self) -> list[RankTrace]:
-        """A snapshot of every readable file as a RankTrace (records read so far)."""
-        return [
-            RankTrace(str(e.path or e.name), e.header, tuple(e.records), e.truncated)
-            for e in self._ranked()
-            if e.header is not None
-        ]
+        """A snapshot of every process's trace, its segments joined (records read so far)."""
+        return [join_segments([e.trace() for e in files]) for files in self._streams().values()]
 
     def progress(self) -> dict[int, int]:
-        """rank -> number of progress records read so far (the newest file of a rank)."""
-        return {e.rank: e.progress for e in self._newest().values()}
+        """rank -> number of progress records read so far (the newest process of a rank,
+        all its segments, those dropped included)."""
+        streams = self._streams()
+        return {
+            rank: self._retired.get(e.stem, (0, 0))[0] + sum(f.progress for f in streams[e.stem])
+            for rank, e in self._newest().items()
+        }
 
     def records_seen(self) -> int:
         """Every record read so far, all files: changes whenever anything was read."""
-        return sum(e.records_seen for e in self._files.values())
+        retired = sum(seen for _, seen in self._retired.values())
+        return retired + sum(e.records_seen for e in self._files.values())
 
     def possibly_blocked(self) -> set[int]:
         """Ranks that are inside a communication call, or stalled with pending works."""
@@ -252,12 +296,14 @@ class TraceTailer:
         return {r: e.header.host for r, e in self._newest().items() if e.header is not None}
 
     def _newest(self) -> dict[int, _File]:
-        """rank -> its newest file (a restarted rank writes a new one)."""
+        """rank -> the last segment of its newest process (a restarted rank writes a new
+        trace; every segment's header has its process's start)."""
         best: dict[int, _File] = {}
         for entry in self._ranked():
             rank = entry.rank
             other = best.get(rank)
-            wall = entry.header.wall if entry.header is not None else 0
-            if other is None or other.header is None or wall >= other.header.wall:
+            assert entry.header is not None
+            key = (entry.header.wall, entry.segment)
+            if other is None or other.header is None or key >= (other.header.wall, other.segment):
                 best[rank] = entry
         return best

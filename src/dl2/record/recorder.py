@@ -4,6 +4,11 @@ There is one :class:`Recorder` per process (``RECORDER``), created by
 :func:`dl2.record.install`.  The trace file is opened when the default process group is
 created, because only then is the global rank known.  Everything here is careful never
 to raise into the job: recording errors cost the record, never the run.
+
+Records are encoded by the stream's :class:`~dl2.trace.schema.stream.StreamEncoder`,
+whose lines depend on the lines before them (interned stacks, id and time deltas): each
+record is encoded and written under one lock, so the file holds them in the order they
+were encoded, and a segment is rotated between two records.
 """
 
 from __future__ import annotations
@@ -13,18 +18,21 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from dl2.notice import notice
+from dl2.record.stack import STACKS
 from dl2.record.writer import TraceWriter
-from dl2.trace.schema.encode import done_line
-from dl2.trace.schema.encode import end_line
-from dl2.trace.schema.encode import ret_line
+from dl2.trace.schema.stream import StreamEncoder
 
 _now = time.monotonic_ns
 
 # Pending works are polled (is_completed) and pruned when the dict grows past this.
 PRUNE_AT = 64
+#: A checkpoint within a segment every so many bytes, or every 16th of a segment when
+#: that is more (a reader that met a corrupt line resynchronises there).
+SYNC_BYTES = 1 << 20
 
 
 class Recorder:
@@ -46,10 +54,13 @@ class Recorder:
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
         self.writer: TraceWriter | None = None
+        self.enc: StreamEncoder | None = None
         self.fd = -1  # the writer's descriptor while it is enabled, else -1
-        # Record lines held back to share the next write (see ret_later); deque appends
-        # and pops are atomic, so threads can drain it without a lock.
-        self.tail: collections.deque[str] = collections.deque()
+        self.lock = threading.Lock()  # held while a record is encoded and written
+        self._due = SYNC_BYTES  # bytes before the next segment or checkpoint
+        # Rets held back to share the next write (see ret_later), as (id, t, src); deque
+        # appends are atomic, so threads add to it without the lock.
+        self.tail: collections.deque[tuple[int, int, int | None]] = collections.deque()
         self.ids = itertools.count(1)
         self.pending: dict[int, tuple[Any, list[int] | None]] = {}
         self.blocking: dict[int, int] = {}  # thread id -> blocking op it is waiting on
@@ -59,7 +70,7 @@ class Recorder:
         self.last_tid = 0  # the thread that issued the last op (the watchdog watches it)
         # Works the user polled with is_completed() and found incomplete since the
         # watchdog last looked: op id -> the user's stack at the first such poll.
-        self.polled: dict[int, str] = {}
+        self.polled: dict[int, int] = {}
         self.ended = False
         self.local = threading.local()
         self.watchdog: Any = None
@@ -82,6 +93,8 @@ class Recorder:
         self.writer = TraceWriter(
             self.run_dir, rank, world_size, "gloo", torch_version, self.emulation()
         )
+        self.enc = StreamEncoder(rank, self.writer.t0, STACKS)
+        self._due = self._next_due(self.writer)
         self.fd = self.writer.fd
         self.ended = False
         if self.writer.enabled and self.watchdog is None:
@@ -117,24 +130,121 @@ class Recorder:
         """True while records can be written."""
         return self.fd >= 0
 
-    def emit(self, line: str) -> None:
-        """Append one encoded record line (JSON object plus newline) in one write,
-        preceded by any held-back lines."""
-        fd = self.fd
-        if fd >= 0:
-            tail = self.tail
-            if tail:
-                if len(tail) == 1:  # the common case: a wait's ret, inlined (hot path)
-                    try:
-                        line = tail.popleft() + line
-                    except IndexError:  # drained by another thread meanwhile
-                        pass
-                else:
-                    line = self._drain() + line
+    @staticmethod
+    def _next_due(writer: TraceWriter) -> int:
+        """Bytes until the next record starts a segment or follows a checkpoint."""
+        return min(writer.room, max(SYNC_BYTES, writer.segment_bytes // 16))
+
+    def _begin(self, enc: StreamEncoder) -> str:
+        """Under the lock, before a record: rotate a full segment (or add a due
+        checkpoint), and encode the held-back rets."""
+        head = ""
+        writer = self.writer
+        if self._due <= 0 and writer is not None:
+            if writer.room <= 0:
+                segment = writer.segment + 1
+                writer.open_segment(segment, enc.start_segment(segment, _now()))
+                self.fd = writer.fd
+            else:
+                head = enc.checkpoint(_now())
+            self._due = self._next_due(writer)
+        tail = self.tail
+        while tail:
             try:
-                os.write(fd, line.encode())
-            except OSError as err:
-                self.fail(err)
+                rid, t, src = tail.popleft()
+            except IndexError:
+                break
+            head += enc.ret(rid, t, None, src)
+        return head
+
+    def _write(self, text: str) -> None:
+        """Under the lock: append encoded lines in one write."""
+        writer = self.writer
+        if writer is None or not text:
+            return
+        data = text.encode()
+        writer.write_bytes(data)
+        self._due -= len(data)
+        if not writer.enabled:
+            self.fd = -1
+
+    def op(
+        self,
+        oid: int,
+        t: int,
+        tid: int,
+        gid: str,
+        gid_json: str,
+        seq: int | None,
+        op: str,
+        api: str | None,
+        fields: str,
+        is_async: bool,
+        sid: int,
+        batch: int | None = None,
+        eager: bool = False,
+        deferred: bool = False,
+        peer: int | None = None,
+        tag: int = 0,
+        ranks: Sequence[int] | None = None,
+    ) -> None:
+        """The record of an op entered (see
+        :meth:`~dl2.trace.schema.stream.StreamEncoder.op`)."""
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        with self.lock:
+            head = self._begin(enc) if self.tail or self._due <= 0 else ""
+            line = enc.op(
+                oid, t, tid, gid, gid_json, seq, op, api, fields, is_async, sid,
+                batch, eager, deferred, peer, tag, ranks,
+            )  # fmt: skip
+            self._write(head + line)
+
+    def issued_wait(
+        self, oid: int, wid: int, t: int, tid: int, sid: int, returned: bool = False
+    ) -> None:
+        """Blocking op ``oid`` was issued and its thread waits on it (wait ``wid``);
+        ``returned``: the wait returned at once (its ``ret`` in the same write)."""
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        with self.lock:
+            text = self._begin(enc) + enc.issued_wait(oid, wid, t, tid, sid)
+            self._write(text + enc.ret(wid, t) if returned else text)
+
+    def wait(self, wid: int, t: int, tid: int, work: int, sid: int, returned: bool = False) -> None:
+        """Thread ``tid`` waits on op ``work`` (``returned``: the wait returned at once)."""
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        with self.lock:
+            text = self._begin(enc) + enc.wait(wid, t, tid, work, sid)
+            self._write(text + enc.ret(wid, t) if returned else text)
+
+    def newgroup(
+        self, nid: int, t: int, ranks: Sequence[int] | None, gid: str | None, sid: int
+    ) -> None:
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        with self.lock:
+            self._write(self._begin(enc) + enc.newgroup(nid, t, ranks, gid, sid))
+
+    def nonmember(self, t: int, api: str, sid: int) -> None:
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        with self.lock:
+            self._write(self._begin(enc) + enc.nonmember(t, api, sid))
+
+    def state(self, t: int, pending: Sequence[int], where: str, sid: int) -> None:
+        """The watchdog's ``state`` record."""
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        with self.lock:
+            self._write(self._begin(enc) + enc.state_record(t, pending, where, sid))
 
     def ret_later(self, oid: int, src: int | None) -> None:
         """A ``ret`` that may wait for the next write (at most one watchdog period).
@@ -143,22 +253,14 @@ class Recorder:
         issued, so it can share the next record's write instead of costing a syscall of
         its own; the watchdog and the exit hook flush it when no record follows.
         """
-        self.tail.append(ret_line(oid, _now(), None, src))
+        self.tail.append((oid, _now(), src))
 
     def flush(self) -> None:
         """Write the held-back lines now."""
-        if self.tail and self.fd >= 0:
-            self.emit("")
-
-    def _drain(self) -> str:
-        tail = self.tail
-        parts = []
-        try:
-            while True:
-                parts.append(tail.popleft())
-        except IndexError:
-            pass
-        return "".join(parts)
+        enc = self.enc
+        if self.tail and enc is not None and self.fd >= 0:
+            with self.lock:
+                self._write(self._begin(enc))
 
     def fail(self, err: OSError) -> None:
         """A write failed: stop recording (the writer prints the one-line notice)."""
@@ -177,21 +279,32 @@ class Recorder:
 
     def ret(self, oid: int, err: BaseException | None = None, src: int | None = None) -> None:
         """The ``ret`` record of op or wait ``oid``."""
-        self.emit(ret_line(oid, _now(), _describe(err) if err is not None else None, src))
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        text = _describe(err) if err is not None else None
+        with self.lock:
+            self._write(self._begin(enc) + enc.ret(oid, _now(), text, src))
 
     def done(self, oid: int, src: int | None = None) -> None:
         """The ``done`` record of async op ``oid`` seen complete."""
-        self.emit(done_line(oid, _now(), src))
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        with self.lock:
+            self._write(self._begin(enc) + enc.done(oid, _now(), src))
 
     def end(self, how: str) -> None:
         """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
-        if not self.active:
+        enc = self.enc
+        if not self.active or enc is None:
             return
         if how == "exit":
             if self.ended:
                 return
             self.ended = True
-        self.emit(end_line(_now(), how))
+        with self.lock:
+            self._write(self._begin(enc) + enc.end(_now(), how))
 
     # -- pending async works ----------------------------------------------------------
 
@@ -223,10 +336,12 @@ class Recorder:
         held-back lines are the parent's to write; the child closes only its copy of the
         descriptor)."""
         self.tail.clear()
+        self.lock = threading.Lock()  # another thread may have held it at the fork
         self.fd = -1
         if self.writer is not None:
             self.writer.close()
         self.writer = None
+        self.enc = None
         self.pending = {}
         self.blocking = {}
         self.batches = {}

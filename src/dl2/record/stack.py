@@ -1,13 +1,13 @@
-"""The user's call stack at a communication call, captured cheaply.
+"""The user's call stack at a communication call, captured cheaply, as an interned id.
 
 A walk up ``sys._getframe()`` that classifies each code object once (user code, a
-library dl2 and torch skip, or a torch.distributed API function) and keeps that verdict,
-plus the frame's JSON prefix and suffix, in a cache keyed by the code object.  A capture
-then costs one dict lookup and one string join per frame, with no ``linecache`` and no
-``json.dumps``.
-
-The stack comes back already encoded as a JSON array of ``[file, line, function]``
-triples, innermost first, ready to be pasted into a record.
+library dl2 and torch skip, or a torch.distributed API function) and keeps that verdict
+in a cache keyed by the code object.  The frames kept make a key of plain ints (each
+code object's id and its current instruction offset); a stack seen before is found by
+that key in one dict lookup, with no string work at all.  Only a new stack is encoded
+(a JSON array of ``[file, line, function]`` triples, innermost first, each frame's text
+cached per instruction offset) and interned in :data:`STACKS`, the process's table of
+stacks, whose ids the trace refers to (each segment defines the ones it uses).
 """
 
 from __future__ import annotations
@@ -21,6 +21,10 @@ from types import FrameType
 
 from dl2.trace.schema.encode import frame_json
 from dl2.trace.schema.encode import stack_json
+from dl2.trace.schema.stream import StackTable
+
+#: The process's stacks: id -> encoded stack (the trace's stack ids).
+STACKS = StackTable()
 
 # Frame kinds.
 USER = 0  # the user's code (or any library that is not torch, dl2 or a wrapper)
@@ -89,6 +93,9 @@ _STDLIB_DIRS = tuple(
 _Entry = tuple[CodeType, int, dict[int, str]]
 _cache: dict[int, _Entry] = {}
 _CACHE_LIMIT = 50_000
+# (id(code), f_lasti, ...) of a stack's kept frames -> its id in STACKS.  Cleared with
+# _cache, whose entries keep those code objects (and so their ids) alive.
+_ids: dict[tuple[int, ...], int] = {}
 
 
 def classify_file(filename: str) -> int:
@@ -109,6 +116,7 @@ def _entry(code: CodeType) -> _Entry:
     if entry is None:
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
+            _ids.clear()
         entry = _cache[id(code)] = (code, classify_file(code.co_filename), {})
     return entry
 
@@ -136,7 +144,7 @@ def _frame_json(code: CodeType, frame: FrameType, lines: dict[int, str]) -> str:
     return text
 
 
-def capture(frame: FrameType | None) -> tuple[str | None, str]:
+def capture(frame: FrameType | None) -> tuple[str | None, int]:
     """The API called and the user stack, starting at ``frame`` (the caller of a hook).
 
     Args:
@@ -144,13 +152,12 @@ def capture(frame: FrameType | None) -> tuple[str | None, str]:
             that called the method; for a call from C++, the last Python frame).
 
     Returns:
-        ``(api, stack_json)``: ``api`` is the outermost function of
+        ``(api, stack id)``: ``api`` is the outermost function of
         torch.distributed.distributed_c10d (or of the functional collectives) among the
         library frames between ``frame`` and the first user frame: the API the user (or
         a torch library such as FSDP) called.  None when there is none: the call came
         from C++ on behalf of no such function, e.g. from DDP's reducer during
-        ``loss.backward()``.  ``stack_json`` is the JSON array of up to MAX_FRAMES user frames,
-        innermost first.
+        ``loss.backward()``.  The stack id is :func:`user_stack_id`'s.
     """
     cache = _cache
     api: str | None = None
@@ -163,37 +170,60 @@ def capture(frame: FrameType | None) -> tuple[str | None, str]:
         if kind == API:
             api = code.co_name
         f = f.f_back
-    return api, user_stack(f)
+    return api, user_stack_id(f)
 
 
-def user_stack(frame: FrameType | None) -> str:
-    """The JSON array of up to MAX_FRAMES user frames from ``frame`` outwards, innermost
-    first; when all of them are installed packages' frames, the last is replaced by the
-    first frame of the user's own code further out (if within MAX_WALK frames)."""
+def user_stack_id(frame: FrameType | None) -> int:
+    """The id (in :data:`STACKS`) of the up to MAX_FRAMES user frames from ``frame``
+    outwards, innermost first; when all of them are installed packages' frames, the
+    last is replaced by the first frame of the user's own code further out (if within
+    MAX_WALK frames)."""
     cache = _cache
-    parts: list[str] = []
+    key: list[int] = []
+    kept: list[FrameType] = []
     own = False  # a frame of the user's own code (not an installed package) is kept
     walked = 0
     f = frame
     while f is not None and walked < MAX_WALK:
         code = f.f_code
-        entry = cache.get(id(code)) or _entry(code)
-        kind = entry[1]
-        if kind == USER or (kind == THIRD and len(parts) < MAX_FRAMES):
-            lines = entry[2]
-            text = lines.get(f.f_lasti)  # the encoded frame, cached per offset
-            if text is None:
-                text = _frame_json(code, f, lines)
-            if len(parts) >= MAX_FRAMES:
-                parts[-1] = text  # the outermost kept: the user's
+        kind = (cache.get(id(code)) or _entry(code))[1]
+        if kind == USER or (kind == THIRD and len(kept) < MAX_FRAMES):
+            if len(kept) >= MAX_FRAMES:
+                kept[-1] = f  # the outermost kept: the user's
+                key[-2] = id(code)
+                key[-1] = f.f_lasti
             else:
-                parts.append(text)
+                kept.append(f)
+                key.append(id(code))
+                key.append(f.f_lasti)
             own = own or kind == USER
-            if len(parts) >= MAX_FRAMES and own:
+            if len(kept) >= MAX_FRAMES and own:
                 break
         walked += 1
         f = f.f_back
+    frozen = tuple(key)
+    sid = _ids.get(frozen)
+    if sid is None:
+        sid = STACKS.intern(_stack_text(kept))
+        if len(_ids) >= _CACHE_LIMIT:
+            _ids.clear()
+        _ids[frozen] = sid
+    return sid
+
+
+def _stack_text(frames: list[FrameType]) -> str:
+    parts = []
+    for f in frames:
+        code = f.f_code
+        lines = _entry(code)[2]
+        text = lines.get(f.f_lasti)  # the encoded frame, cached per offset
+        parts.append(text if text is not None else _frame_json(code, f, lines))
     return stack_json(parts)
+
+
+def user_stack(frame: FrameType | None) -> str:
+    """The encoded stack of :func:`user_stack_id` (a JSON array of frames)."""
+    return STACKS.text(user_stack_id(frame))
 
 
 _BACKWARD_NAMES = frozenset({"_engine_run_backward", "run_backward"})

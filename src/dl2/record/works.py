@@ -20,9 +20,7 @@ import torch.distributed as dist
 
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
-from dl2.record.stack import user_stack
-from dl2.trace.schema.encode import ret_line
-from dl2.trace.schema.encode import wait_line
+from dl2.record.stack import user_stack_id
 
 _getframe = sys._getframe
 _now = time.monotonic_ns
@@ -122,7 +120,7 @@ class RecordedWork(ForwardingWork):
         self._dl2_rec = recorder
         self._dl2_anyranks = anyranks
         self._dl2_waited = waited
-        self._dl2_poll_stack: str | None = None
+        self._dl2_poll_stack: int | None = None
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Wait for the op, between a ``wait`` and a ``ret`` record; returns gloo's bool."""
@@ -134,7 +132,7 @@ class RecordedWork(ForwardingWork):
             return bool(inner.wait() if timeout is None else inner.wait(timeout))
         try:
             wid = next(rec.ids)
-            rec.emit(wait_line(wid, _now(), _tid(), self._dl2_oid, user_stack(_getframe(1))))
+            rec.wait(wid, _now(), _tid(), self._dl2_oid, user_stack_id(_getframe(1)))
         except Exception:
             return bool(inner.wait() if timeout is None else inner.wait(timeout))
         try:
@@ -161,7 +159,7 @@ class RecordedWork(ForwardingWork):
                 # from one computing (see Watchdog.tick).
                 stack = self._dl2_poll_stack
                 if stack is None:
-                    stack = self._dl2_poll_stack = user_stack(_getframe(1))
+                    stack = self._dl2_poll_stack = user_stack_id(_getframe(1))
                 rec.polled[self._dl2_oid] = stack
         except Exception:
             pass
@@ -195,9 +193,8 @@ class EagerWork(dist.Work):  # type: ignore[misc]
         try:
             if rec.active:
                 wid = next(rec.ids)
-                t = _now()
-                stack = user_stack(_getframe(1))
-                rec.emit(wait_line(wid, t, _tid(), self._dl2_oid, stack) + ret_line(wid, t))
+                stack = user_stack_id(_getframe(1))
+                rec.wait(wid, _now(), _tid(), self._dl2_oid, stack, returned=True)
         except Exception:
             pass
         return True

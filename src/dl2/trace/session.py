@@ -15,7 +15,9 @@ from dl2.errors import NoDataError
 from dl2.errors import TraceFormatError
 from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
-from dl2.trace.format import read_trace_file
+from dl2.trace.format import read_trace_stream
+from dl2.trace.format import stream_of
+from dl2.trace.rotated import align
 from dl2.trace.schema.decode import EndRecord
 
 RUN_META = "run.json"
@@ -46,17 +48,23 @@ class Session:
     """Every rank's trace of one run.
 
     Attributes:
-        traces: rank -> its trace.
+        traces: rank -> its trace, as the execution model reads it: where some rank's
+            history was rotated away, lined up across ranks by
+            :func:`dl2.trace.rotated.align`.
         process_states: rank -> ALIVE | EXITED | FAILED | UNKNOWN, as seen by the launcher
             or the live monitor; ranks absent here are UNKNOWN.
-        warnings: problems met while loading (truncated records, duplicate ranks).
+        warnings: problems met while loading (truncated records, duplicate ranks,
+            corrupt records skipped, rotated history).
         run_dir: the directory it was read from, if any.
+        raw_traces: rank -> its trace as read (a rotated one starts with its
+            checkpoint); the same as ``traces`` when no rank was rotated.
     """
 
     traces: Mapping[int, RankTrace]
     process_states: Mapping[int, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     run_dir: str | None = None
+    raw_traces: Mapping[int, RankTrace] = field(default_factory=dict)
 
     @property
     def world_size(self) -> int:
@@ -66,6 +74,10 @@ class Session:
     @property
     def ranks(self) -> list[int]:
         return sorted(self.traces)
+
+    def rotated_ranks(self) -> list[int]:
+        """Ranks whose oldest segments were rotated away (``dl2 run --keep all`` keeps them)."""
+        return sorted(r for r, t in self.raw_traces.items() if t.rotated)
 
     def missing_ranks(self) -> list[int]:
         """Ranks of the world that left no trace file."""
@@ -83,13 +95,23 @@ class Session:
 
 
 def discover_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
-    """The per-rank trace files of a run directory, sorted by name (and so by rank)."""
+    """The per-rank trace files (segments) of a run directory, sorted by name (and so by
+    rank)."""
     path = Path(run_dir)
     if not path.exists():
         raise NoDataError(f"{path}: no such run directory")
     if not path.is_dir():
         raise NoDataError(f"{path}: not a directory (give the run directory, not a file)")
     return sorted(p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIX))
+
+
+def group_streams(files: list[Path]) -> list[list[Path]]:
+    """The files grouped by the process that wrote them, each group in segment order."""
+    streams: dict[str, list[tuple[int, Path]]] = {}
+    for file in files:
+        stem, segment = stream_of(file.name)
+        streams.setdefault(stem, []).append((segment, file))
+    return [[p for _, p in sorted(segments)] for _, segments in sorted(streams.items())]
 
 
 def read_run_meta(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -110,7 +132,7 @@ def build_session(
     run_dir: str | None = None,
     warnings: list[str] | None = None,
 ) -> Session:
-    """Assemble a session from traces; the newest file wins when a rank has several."""
+    """Assemble a session from traces; the newest process wins when a rank has several."""
     notes = list(warnings or [])
     by_rank: dict[int, RankTrace] = {}
     for trace in traces:
@@ -124,13 +146,17 @@ def build_session(
                 continue
         by_rank[trace.rank] = trace
     for rank, trace in sorted(by_rank.items()):
+        notes.extend(trace.warnings)
         if trace.truncated:
             notes.append(f"rank {rank}: {trace.truncated}; the rank probably died while writing it")
+    raw = dict(sorted(by_rank.items()))
+    aligned, rotation = align(raw)
     return Session(
-        traces=dict(sorted(by_rank.items())),
+        traces=aligned,
         process_states=dict(process_states or {}),
-        warnings=tuple(notes),
+        warnings=tuple(notes + rotation),
         run_dir=run_dir,
+        raw_traces=raw,
     )
 
 
@@ -148,9 +174,9 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
     traces: list[RankTrace] = []
     warnings: list[str] = []
     errors: list[str] = []
-    for file in files:
+    for stream in group_streams(files):
         try:
-            traces.append(read_trace_file(file))
+            traces.append(read_trace_stream(stream))
         except TraceFormatError as err:
             errors.append(str(err))
     if not traces:

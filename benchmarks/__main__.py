@@ -23,6 +23,7 @@ SUITES = {
     "eval": "benchmarks.evaluate",
     "online": "benchmarks.online",
     "nondet": "benchmarks.nondeterminism",
+    "tracesize": "benchmarks.trace_size",
 }
 #: options a suite gets when it runs as part of the whole benchmark (no suite named)
 FULL_RUN_OPTIONS = {"eval": ["--anchors"]}

@@ -11,6 +11,7 @@ from typing import Any
 from dl2.cli.options import add_buffer_size
 from dl2.cli.options import add_json
 from dl2.cli.options import add_monitoring
+from dl2.cli.options import add_retention
 from dl2.cli.options import positive
 from dl2.cli.output import conclude
 from dl2.cli.output import emit
@@ -35,6 +36,8 @@ from dl2.live.shared import store_from_command
 from dl2.live.watch import watch_job
 from dl2.notice import notice
 from dl2.record.emulate import ENV_BUFFER_SIZE
+from dl2.record.writer import ENV_KEEP
+from dl2.record.writer import ENV_SEGMENT_BYTES
 from dl2.render import get_renderer
 from dl2.trace.session import ALIVE
 from dl2.trace.session import RUN_META
@@ -94,6 +97,7 @@ class RunCommand:
             "returns without waiting for its receive, as NCCL's or MPI's eager sends do "
             "(default: gloo's, every send waits for its receive)",
         )
+        add_retention(parser)
         parser.add_argument(
             "target", nargs=argparse.REMAINDER, help="SCRIPT [ARG ...] or -- COMMAND [ARG ...]"
         )
@@ -117,6 +121,10 @@ class RunCommand:
         address = _store_address(args, target)
         shared = SharedState(address, str(run_dir.resolve())) if address is not None else None
         env = {} if args.buffer_size is None else {ENV_BUFFER_SIZE: str(args.buffer_size)}
+        if args.keep is not None:
+            env[ENV_KEEP] = str(args.keep or "all")
+        if args.segment_size is not None:
+            env[ENV_SEGMENT_BYTES] = str(args.segment_size)
         job = (
             launch_ranks(target[0], target[1:], args.nproc, run_dir, env)
             if args.nproc is not None

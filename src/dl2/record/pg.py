@@ -8,7 +8,8 @@ trampoline of ``ProcessGroup``) both reach the methods overridden here.  Each on
 2. calls the same method of an inner plain ``ProcessGroup`` that holds the real
    ``ProcessGroupGloo`` (the inner group exposes every method name and overload the
    Python API uses, which the gloo backend object alone does not),
-3. writes ``ret`` (with ``err`` and re-raises if the call raised), and
+3. writes ``ret`` (with ``err`` and re-raises if the call raised; the ``ret`` of an
+   async op issued is held back to share the next record's write), and
 4. for an async call (``async_op=True``, ``isend``/``irecv``, DDP's C++ calls) returns a
    :class:`RecordedWork` whose ``wait()`` writes ``wait`` and ``ret``; for a blocking
    one (``async_op=False``, ``send``/``recv``), whose API would wait at once, it waits
@@ -244,7 +245,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             rec.ret(oid)
             return work  # monitored_barrier: synchronous, no work
         if is_async:
-            rec.ret(oid)
+            rec.ret_later(oid, None)  # issued: shares the next write (DDP's next bucket)
             try:
                 rec.add_pending(oid, work, anyranks)
                 return RecordedWork(work, oid, rec, anyranks)

@@ -30,8 +30,8 @@ _now = time.monotonic_ns
 
 # Pending works are polled (is_completed) and pruned when the dict grows past this.
 PRUNE_AT = 64
-#: A checkpoint within a segment every so many bytes, or every 16th of a segment when
-#: that is more (a reader that met a corrupt line resynchronises there).
+#: A checkpoint within a segment every so many bytes (a reader that met a corrupt line
+#: resynchronises there).
 SYNC_BYTES = 1 << 20
 
 
@@ -57,10 +57,13 @@ class Recorder:
         self.enc: StreamEncoder | None = None
         self.fd = -1  # the writer's descriptor while it is enabled, else -1
         self.lock = threading.Lock()  # held while a record is encoded and written
-        self._due = SYNC_BYTES  # bytes before the next segment or checkpoint
-        # Rets held back to share the next write (see ret_later), as (id, t, src); deque
-        # appends are atomic, so threads add to it without the lock.
-        self.tail: collections.deque[tuple[int, int, int | None]] = collections.deque()
+        # bytes to write before the next segment or checkpoint, of _due_set
+        self._due = self._due_set = SYNC_BYTES
+        # Records held back to share the next write (see issued_wait and ret_later):
+        # (op id, wait id, t, tid, stack) for a blocking op issued and waited on, (id, t,
+        # src) for a wait that returned.  Deque appends are atomic: threads add to it
+        # without the lock.
+        self.tail: collections.deque[tuple[Any, ...]] = collections.deque()
         self.ids = itertools.count(1)
         self.pending: dict[int, tuple[Any, list[int] | None]] = {}
         self.blocking: dict[int, int] = {}  # thread id -> blocking op it is waiting on
@@ -94,7 +97,7 @@ class Recorder:
             self.run_dir, rank, world_size, "gloo", torch_version, self.emulation()
         )
         self.enc = StreamEncoder(rank, self.writer.t0, STACKS)
-        self._due = self._next_due(self.writer)
+        self._due = self._due_set = min(self.writer.room, SYNC_BYTES)
         self.fd = self.writer.fd
         self.ended = False
         if self.writer.enabled and self.watchdog is None:
@@ -130,88 +133,71 @@ class Recorder:
         """True while records can be written."""
         return self.fd >= 0
 
-    @staticmethod
-    def _next_due(writer: TraceWriter) -> int:
-        """Bytes until the next record starts a segment or follows a checkpoint."""
-        return min(writer.room, max(SYNC_BYTES, writer.segment_bytes // 16))
+    # -- writing records (each encoded and written under the lock) -------------------
 
-    def _begin(self, enc: StreamEncoder) -> str:
-        """Under the lock, before a record: rotate a full segment (or add a due
-        checkpoint), and encode the held-back rets."""
-        head = ""
+    def _roll(self, enc: StreamEncoder) -> str:
+        """Once the bytes due are written: start the next segment (the held-back rets
+        go to the current one first) or give the checkpoint due within this one."""
         writer = self.writer
-        if self._due <= 0 and writer is not None:
-            if writer.room <= 0:
-                segment = writer.segment + 1
-                writer.open_segment(segment, enc.start_segment(segment, _now()))
-                self.fd = writer.fd
-            else:
-                head = enc.checkpoint(_now())
-            self._due = self._next_due(writer)
-        tail = self.tail
-        while tail:
-            try:
-                rid, t, src = tail.popleft()
-            except IndexError:
-                break
-            head += enc.ret(rid, t, None, src)
+        assert writer is not None
+        writer.room -= self._due_set - self._due
+        head = enc.held(self.tail) if self.tail else ""
+        if writer.room <= 0:
+            if head:
+                self._write(head)
+                head = ""
+            segment = writer.segment + 1
+            writer.open_segment(segment, enc.start_segment(segment, _now()))
+            self.fd = writer.fd
+        else:
+            head += enc.checkpoint(_now())
+        self._due = self._due_set = min(writer.room, SYNC_BYTES)
         return head
 
-    def _write(self, text: str) -> None:
-        """Under the lock: append encoded lines in one write."""
-        writer = self.writer
-        if writer is None or not text:
-            return
-        data = text.encode()
-        writer.write_bytes(data)
-        self._due -= len(data)
-        if not writer.enabled:
-            self.fd = -1
+    def _head(self, enc: StreamEncoder) -> str:
+        """What goes before the next record: a new segment or checkpoint when due, and
+        the held-back rets."""
+        head = self._roll(enc) if self._due <= 0 else ""
+        return head + enc.held(self.tail) if self.tail else head
 
-    def op(
-        self,
-        oid: int,
-        t: int,
-        tid: int,
-        gid: str,
-        gid_json: str,
-        seq: int | None,
-        op: str,
-        api: str | None,
-        fields: str,
-        is_async: bool,
-        sid: int,
-        batch: int | None = None,
-        eager: bool = False,
-        deferred: bool = False,
-        peer: int | None = None,
-        tag: int = 0,
-        ranks: Sequence[int] | None = None,
-    ) -> None:
-        """The record of an op entered (see
-        :meth:`~dl2.trace.schema.stream.StreamEncoder.op`)."""
+    def _write(self, text: str) -> None:
+        """Append encoded lines in one write (a regular file takes it all or fails)."""
+        data = text.encode()
+        try:
+            os.write(self.fd, data)
+        except OSError as err:
+            self.fail(err)
+        else:
+            self._due -= len(data)
+
+    def op(self, *args: Any, **kwargs: Any) -> None:
+        """The record of an op entered: the arguments are those of
+        :meth:`~dl2.trace.schema.stream.StreamEncoder.op` (the hot path)."""
         enc = self.enc
         if enc is None or self.fd < 0:
             return
         with self.lock:
-            head = self._begin(enc) if self.tail or self._due <= 0 else ""
-            line = enc.op(
-                oid, t, tid, gid, gid_json, seq, op, api, fields, is_async, sid,
-                batch, eager, deferred, peer, tag, ranks,
-            )  # fmt: skip
-            self._write(head + line)
+            if self._due <= 0:
+                self._write(self._head(enc) + enc.op(*args, **kwargs))
+            elif self.tail:
+                self._write(enc.held(self.tail) + enc.op(*args, **kwargs))
+            else:
+                self._write(enc.op(*args, **kwargs))
 
     def issued_wait(
         self, oid: int, wid: int, t: int, tid: int, sid: int, returned: bool = False
     ) -> None:
         """Blocking op ``oid`` was issued and its thread waits on it (wait ``wid``);
-        ``returned``: the wait returned at once (its ``ret`` in the same write)."""
-        enc = self.enc
-        if enc is None or self.fd < 0:
-            return
-        with self.lock:
-            text = self._begin(enc) + enc.issued_wait(oid, wid, t, tid, sid)
-            self._write(text + enc.ret(wid, t) if returned else text)
+        ``returned``: the wait returned at once.
+
+        Held back like the wait's ``ret`` (:meth:`ret_later`): when the wait returns
+        quickly, both share the next record's write (a blocking op costs one write);
+        when it blocks, the watchdog writes it within one period.
+        """
+        if self.fd >= 0:
+            self.tail.append((oid, wid, t, tid, sid))
+            if returned:
+                self.tail.append((wid, t, None))
 
     def wait(self, wid: int, t: int, tid: int, work: int, sid: int, returned: bool = False) -> None:
         """Thread ``tid`` waits on op ``work`` (``returned``: the wait returned at once)."""
@@ -219,7 +205,8 @@ class Recorder:
         if enc is None or self.fd < 0:
             return
         with self.lock:
-            text = self._begin(enc) + enc.wait(wid, t, tid, work, sid)
+            head = self._head(enc) if self.tail or self._due <= 0 else ""
+            text = head + enc.wait(wid, t, tid, work, sid)
             self._write(text + enc.ret(wid, t) if returned else text)
 
     def newgroup(
@@ -229,14 +216,14 @@ class Recorder:
         if enc is None or self.fd < 0:
             return
         with self.lock:
-            self._write(self._begin(enc) + enc.newgroup(nid, t, ranks, gid, sid))
+            self._write(self._head(enc) + enc.newgroup(nid, t, ranks, gid, sid))
 
     def nonmember(self, t: int, api: str, sid: int) -> None:
         enc = self.enc
         if enc is None or self.fd < 0:
             return
         with self.lock:
-            self._write(self._begin(enc) + enc.nonmember(t, api, sid))
+            self._write(self._head(enc) + enc.nonmember(t, api, sid))
 
     def state(self, t: int, pending: Sequence[int], where: str, sid: int) -> None:
         """The watchdog's ``state`` record."""
@@ -244,7 +231,7 @@ class Recorder:
         if enc is None or self.fd < 0:
             return
         with self.lock:
-            self._write(self._begin(enc) + enc.state_record(t, pending, where, sid))
+            self._write(self._head(enc) + enc.state_record(t, pending, where, sid))
 
     def ret_later(self, oid: int, src: int | None) -> None:
         """A ``ret`` that may wait for the next write (at most one watchdog period).
@@ -260,7 +247,9 @@ class Recorder:
         enc = self.enc
         if self.tail and enc is not None and self.fd >= 0:
             with self.lock:
-                self._write(self._begin(enc))
+                text = self._head(enc)
+                if text:
+                    self._write(text)
 
     def fail(self, err: OSError) -> None:
         """A write failed: stop recording (the writer prints the one-line notice)."""
@@ -284,7 +273,7 @@ class Recorder:
             return
         text = _describe(err) if err is not None else None
         with self.lock:
-            self._write(self._begin(enc) + enc.ret(oid, _now(), text, src))
+            self._write(self._head(enc) + enc.ret(oid, _now(), text, src))
 
     def done(self, oid: int, src: int | None = None) -> None:
         """The ``done`` record of async op ``oid`` seen complete."""
@@ -292,7 +281,7 @@ class Recorder:
         if enc is None or self.fd < 0:
             return
         with self.lock:
-            self._write(self._begin(enc) + enc.done(oid, _now(), src))
+            self._write(self._head(enc) + enc.done(oid, _now(), src))
 
     def end(self, how: str) -> None:
         """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
@@ -304,7 +293,7 @@ class Recorder:
                 return
             self.ended = True
         with self.lock:
-            self._write(self._begin(enc) + enc.end(_now(), how))
+            self._write(self._head(enc) + enc.end(_now(), how))
 
     # -- pending async works ----------------------------------------------------------
 

@@ -1,13 +1,13 @@
 """The user's call stack at a communication call, captured cheaply, as an interned id.
 
 A walk up ``sys._getframe()`` that classifies each code object once (user code, a
-library dl2 and torch skip, or a torch.distributed API function) and keeps that verdict
-in a cache keyed by the code object.  The frames kept make a key of plain ints (each
-code object's id and its current instruction offset); a stack seen before is found by
-that key in one dict lookup, with no string work at all.  Only a new stack is encoded
-(a JSON array of ``[file, line, function]`` triples, innermost first, each frame's text
-cached per instruction offset) and interned in :data:`STACKS`, the process's table of
-stacks, whose ids the trace refers to (each segment defines the ones it uses).
+library dl2 and torch skip, or a torch.distributed API function) and keeps that verdict,
+plus each frame's encoded ``[file, line, function]`` per instruction offset, in a cache
+keyed by the code object: no ``linecache``, no ``json.dumps``.  The kept frames' cached
+texts (whose hashes are cached too) are the key of the stack: a stack seen before is
+found in one dict lookup, with no joining; only a new one is encoded (a JSON array,
+innermost first) and interned in :data:`STACKS`, the process's table of stacks, whose
+ids the trace refers to (each segment defines the ones it uses).
 """
 
 from __future__ import annotations
@@ -93,9 +93,8 @@ _STDLIB_DIRS = tuple(
 _Entry = tuple[CodeType, int, dict[int, str]]
 _cache: dict[int, _Entry] = {}
 _CACHE_LIMIT = 50_000
-# (id(code), f_lasti, ...) of a stack's kept frames -> its id in STACKS.  Cleared with
-# _cache, whose entries keep those code objects (and so their ids) alive.
-_ids: dict[tuple[int, ...], int] = {}
+# The encoded frames of a stack -> its id in STACKS.
+_ids: dict[tuple[str, ...], int] = {}
 
 
 def classify_file(filename: str) -> int:
@@ -116,7 +115,6 @@ def _entry(code: CodeType) -> _Entry:
     if entry is None:
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
-            _ids.clear()
         entry = _cache[id(code)] = (code, classify_file(code.co_filename), {})
     return entry
 
@@ -179,46 +177,37 @@ def user_stack_id(frame: FrameType | None) -> int:
     last is replaced by the first frame of the user's own code further out (if within
     MAX_WALK frames)."""
     cache = _cache
-    key: list[int] = []
-    kept: list[FrameType] = []
+    parts: list[str] = []
     own = False  # a frame of the user's own code (not an installed package) is kept
     walked = 0
     f = frame
     while f is not None and walked < MAX_WALK:
         code = f.f_code
-        kind = (cache.get(id(code)) or _entry(code))[1]
-        if kind == USER or (kind == THIRD and len(kept) < MAX_FRAMES):
-            if len(kept) >= MAX_FRAMES:
-                kept[-1] = f  # the outermost kept: the user's
-                key[-2] = id(code)
-                key[-1] = f.f_lasti
+        entry = cache.get(id(code)) or _entry(code)
+        kind = entry[1]
+        if kind == USER or (kind == THIRD and len(parts) < MAX_FRAMES):
+            lines = entry[2]
+            text = lines.get(f.f_lasti)  # the encoded frame, cached per offset
+            if text is None:
+                text = _frame_json(code, f, lines)
+            if len(parts) >= MAX_FRAMES:
+                parts[-1] = text  # the outermost kept: the user's
             else:
-                kept.append(f)
-                key.append(id(code))
-                key.append(f.f_lasti)
+                parts.append(text)
             own = own or kind == USER
-            if len(kept) >= MAX_FRAMES and own:
+            if len(parts) >= MAX_FRAMES and own:
                 break
         walked += 1
         f = f.f_back
-    frozen = tuple(key)
-    sid = _ids.get(frozen)
+    # The frames' cached texts are the key: their hashes are cached, so a stack seen
+    # before costs one lookup, and is never joined again.
+    key = tuple(parts)
+    sid = _ids.get(key)
     if sid is None:
-        sid = STACKS.intern(_stack_text(kept))
         if len(_ids) >= _CACHE_LIMIT:
             _ids.clear()
-        _ids[frozen] = sid
+        sid = _ids[key] = STACKS.intern(stack_json(parts))
     return sid
-
-
-def _stack_text(frames: list[FrameType]) -> str:
-    parts = []
-    for f in frames:
-        code = f.f_code
-        lines = _entry(code)[2]
-        text = lines.get(f.f_lasti)  # the encoded frame, cached per offset
-        parts.append(text if text is not None else _frame_json(code, f, lines))
-    return stack_json(parts)
 
 
 def user_stack(frame: FrameType | None) -> str:

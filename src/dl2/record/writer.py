@@ -94,7 +94,6 @@ class TraceWriter:
         self.segment = 0
         self.segment_bytes, self.keep = retain or retention_from_env()
         self.room = self.segment_bytes
-        self._written = 0
         self._reported = False
         self._header = (backend, torch_version, emulate, socket.gethostname())
         try:
@@ -163,7 +162,6 @@ class TraceWriter:
             self.fail(err)
             return
         self.room -= len(data)
-        self._written += len(data)
 
     def close(self) -> None:
         """Close the file; later writes are dropped silently."""
@@ -176,8 +174,12 @@ class TraceWriter:
             self.fd = -1
 
     def size(self) -> int:
-        """Bytes written so far, all segments: grows with every record."""
-        return self._written
+        """The current segment's size in bytes (-1 if unknown): changes with every
+        record (and with the segment)."""
+        try:
+            return os.fstat(self.fd).st_size if self.fd >= 0 else -1
+        except OSError:
+            return -1
 
     def fail(self, err: OSError) -> None:
         """Disable the writer after ``err`` and print the one-line notice (once)."""

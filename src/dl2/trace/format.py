@@ -176,8 +176,9 @@ class TraceReader:
         for index, item in decoded:
             if not isinstance(item, CorruptRecord):
                 records.append(item)
-            elif not (held and index == count - 1):
-                decoder.skipped()
+            elif held and index == count - 1:
+                decoder.unskip()
+            else:
                 self.warnings.append(
                     f"{self.path}:{self._lineno + index + 1}: corrupt record skipped ({item})"
                 )

@@ -79,6 +79,21 @@ class Session:
         """Ranks whose oldest segments were rotated away (``dl2 run --keep all`` keeps them)."""
         return sorted(r for r, t in self.raw_traces.items() if t.rotated)
 
+    def require_whole_history(self, command: str) -> None:
+        """Refuse a run whose history was rotated away, for a command that needs it.
+
+        Raises:
+            TraceFormatError: some rank's oldest segments are gone.
+        """
+        rotated = self.rotated_ranks()
+        if rotated:
+            ranks = ", ".join(str(r) for r in rotated)
+            raise TraceFormatError(
+                f"{command} needs every op of the run, but the oldest trace segments of "
+                f"rank(s) {ranks} were rotated away; record it again with "
+                "`dl2 run --keep all`"
+            )
+
     def missing_ranks(self) -> list[int]:
         """Ranks of the world that left no trace file."""
         return [r for r in range(self.world_size) if r not in self.traces]

@@ -129,6 +129,8 @@ Records:
                                       it: ``ret`` of op ``last - back`` [last] plus
                                       ``wait`` wid [last + 1] on it, same ``t``, by tid
                                       [last_tid] at stack sid [last_sid]
+  ["k", dt, dt2]                      a blocking op issued and waited on, the wait
+                                      returned at ``dt2``: ``b`` (short form) then ``r``
   ["r", dt, back?, src?, err?]        ``ret`` of op or wait ``last - back`` [last]
   ["w", dt, back, sid, tid?, id?]     ``wait`` id [last + 1] on op ``last - back``, by
                                       tid [last_tid], at stack sid
@@ -149,8 +151,8 @@ Every segment but the first starts with a checkpoint (after the definitions it u
 the recorder also writes one every so often within a segment: a reader that had to
 skip a corrupt line resynchronises there (and says whether records were lost).  A
 reader gives back the checkpoint that starts a segment only when the segment is the
-first it reads of the process.  A blocking op costs three short lines (``o``, ``b``,
-``r``: about 30 bytes once its description and stack are defined).
+first it reads of the process.  A blocking op costs two short lines (``o``, then ``k``
+or ``b`` and ``r``: about 27 bytes once its description and stack are defined).
 
 Readers ignore elements they do not know at the end of a line and keep lines of kinds
 they do not know (as ``UnknownRecord``); a line of a known kind with an element of the

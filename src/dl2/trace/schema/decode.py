@@ -267,17 +267,27 @@ Record = KnownRecord | UnknownRecord
 
 
 def record_to_dict(record: Record) -> dict[str, Any]:
-    """A record as a JSON object, as version 1 wrote it: its kind as ``"k"``, fields
-    that are null or false left out, except an op's ``async`` and a P2P op's ``peer``
-    (null: any source)."""
+    """A record as a JSON object, as version 1 wrote it: its kind as ``"k"``, optional
+    fields that are null or false left out (an op's ``seq``, ``api`` and ``async``, a
+    P2P op's ``peer`` and a new_group's ``ranks`` and ``gid`` are always there)."""
     if isinstance(record, UnknownRecord):
         return {"k": record.kind}
     raw: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(record))
-    kept = {"async"} if isinstance(record, OpRecord) else set()
-    if isinstance(record, OpRecord) and record.op in ("send", "recv"):
-        kept.add("peer")
+    if isinstance(record, CheckpointRecord):
+        for name in ("open", "waits", "newgroups"):
+            raw[name] = [record_to_dict(r) for r in getattr(record, name)]
+    kept: frozenset[str] = frozenset()
+    if isinstance(record, OpRecord):
+        kept = _OP_P2P_FIELDS if record.op in ("send", "recv") else _OP_FIELDS
+    elif isinstance(record, NewGroupRecord):
+        kept = _NEWGROUP_FIELDS
     return {
         name: value
         for name, value in raw.items()
         if (value is not None and value is not False) or name in kept
     }
+
+
+_OP_FIELDS = frozenset({"seq", "api", "async"})
+_OP_P2P_FIELDS = _OP_FIELDS | {"peer"}
+_NEWGROUP_FIELDS = frozenset({"ranks", "gid"})

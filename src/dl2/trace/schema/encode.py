@@ -268,6 +268,8 @@ def ret_line(dt: int, back: int = 0, err: str | None = None, src: int | None = N
 
 def wait_line(dt: int, back: int, sid: int, tid: str = "null", wid: str = "null") -> str:
     """``["w", dt, back, sid, tid?, id?]``: a thread waits on op ``last - back``."""
+    if tid == "null" and wid == "null":
+        return f'["w",{dt},{back},{sid}]\n'
     return f'["w",{dt},{back},{sid}{_trailing(tid, wid)}]\n'
 
 

@@ -39,11 +39,13 @@ from dl2.trace.schema.decode import UnknownRecord
 from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.schema.state import StreamState
 from dl2.trace.schema.state import seq_key
+from dl2.trace.schema.wire import DESC_FIELDS
 from dl2.trace.schema.wire import CheckpointBody
 from dl2.trace.schema.wire import CheckpointLine
 from dl2.trace.schema.wire import DescDef
 from dl2.trace.schema.wire import DoneLine
 from dl2.trace.schema.wire import EndLine
+from dl2.trace.schema.wire import IssuedDoneLine
 from dl2.trace.schema.wire import IssuedWaitLine
 from dl2.trace.schema.wire import NewGroupLine
 from dl2.trace.schema.wire import NonMemberLine
@@ -88,6 +90,7 @@ class SegmentDecoder:
             DescDef: self._desc_def,
             OpLine: self._op,
             IssuedWaitLine: self._issued_wait,
+            IssuedDoneLine: self._issued_done,
             RetLine: self._ret,
             WaitLine: self._wait,
             DoneLine: self._done,
@@ -107,11 +110,13 @@ class SegmentDecoder:
         handlers = self._handlers
         for index, item in enumerate(decode_lines(lines)):
             if isinstance(item, CorruptRecord | UnknownRecord):
+                self._skipped += isinstance(item, CorruptRecord)
                 out.append((index, item))
                 continue
             try:
                 handlers[type(item)](item, records)
             except CorruptRecord as err:  # raised before the line changed any state
+                self._skipped += 1
                 out.append((index, err))
                 records.clear()
                 continue
@@ -120,9 +125,10 @@ class SegmentDecoder:
             records.clear()
         return out
 
-    def skipped(self) -> None:
-        """A corrupt line was skipped (the next checkpoint tells whether records were lost)."""
-        self._skipped += 1
+    def unskip(self) -> None:
+        """The last corrupt line given back will be fed again (it may be a line still
+        being written): it was not skipped."""
+        self._skipped -= 1
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -173,28 +179,11 @@ class SegmentDecoder:
         self._stacks[line.sid] = line.frames
 
     def _desc_def(self, line: DescDef, out: _Out) -> None:
-        d = line.desc
-        record = OpRecord(
-            id=0,
-            tid=d.tid,
-            gid=d.gid,
-            op=d.op,
-            api=d.api,
-            peer=d.peer,
-            root=d.root,
-            tag=d.tag,
-            redop=d.redop,
-            dtype=d.dtype,
-            count=d.count,
-            splits=d.splits,
-            ranks=d.ranks,
-            timeout=d.timeout,
-            is_async=d.is_async,
-            eager=d.eager,
-            deferred=d.deferred,
-            stack=self._frames(d.stack),
-        )
-        self._descs[line.did] = (record, seq_key(d.gid, d.op, d.peer), d.stack)
+        desc = line.desc
+        sid: int = desc.stack  # type: ignore[attr-defined]
+        fields = {f.name: getattr(desc, f.name) for f in DESC_FIELDS}
+        record = OpRecord(id=0, stack=self._frames(sid), **fields)
+        self._descs[line.did] = (record, seq_key(record.gid, record.op, record.peer), sid)
 
     def _op(self, line: OpLine, out: _Out) -> None:
         template = self._template(line.did)
@@ -216,6 +205,10 @@ class SegmentDecoder:
         wid = self._new_id(line.wid)
         out.append(RetRecord(id=oid, t=t))
         out.append(WaitRecord(id=wid, t=t, tid=tid, work=oid, stack=stack))
+
+    def _issued_done(self, line: IssuedDoneLine, out: _Out) -> None:
+        self._issued_wait(IssuedWaitLine(line.dt), out)
+        out.append(RetRecord(id=self._last, t=self._t(line.dt_ret)))
 
     def _ret(self, line: RetLine, out: _Out) -> None:
         self._first = False

@@ -72,6 +72,11 @@ class StreamState:
         newgroups: payloads of the new_group calls.
     """
 
+    __slots__ = (
+        "channels", "groups", "issued", "newgroups", "next_id", "open", "ops_before",
+        "seqs", "waits",
+    )  # fmt: skip
+
     def __init__(self) -> None:
         self.next_id = 1
         self.ops_before = 0
@@ -125,6 +130,25 @@ class StreamState:
             self.issued.discard(rid)
         else:
             self.issued.add(rid)
+
+    def issued_waiting(self, oid: int, wid: int, payload: Any) -> None:
+        """A blocking op's ``ret`` and the ``wait`` on it at once (its ``b`` line)."""
+        entry = self.open.get(oid)
+        if entry is not None:
+            if entry[2]:
+                del self.open[oid]
+            else:
+                self.issued.add(oid)
+        if wid >= self.next_id:
+            self.next_id = wid + 1
+        self.waits[wid] = (oid, payload)
+
+    def issued_and_done(self, oid: int, wid: int) -> None:
+        """A blocking op's ``ret``, the ``wait`` on it and the wait's ``ret``, at once."""
+        if wid >= self.next_id:
+            self.next_id = wid + 1
+        if self.open.pop(oid, None) is not None:
+            self.issued.discard(oid)
 
     def waited(self, wid: int, work: int, payload: Any) -> None:
         if wid >= self.next_id:

@@ -18,6 +18,7 @@ Standard library only: the recorder runs it inside every rank.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
@@ -66,6 +67,11 @@ class StreamEncoder:
         t0: ``time.monotonic_ns()`` of the stream's start (every segment's header has it).
         stacks: where stack ids come from (the recorder's capture interns into it).
     """
+
+    __slots__ = (
+        "_by_did", "_descs", "_descs_defined", "_last", "_last_sid", "_last_tid",
+        "_stacks_defined", "_us", "me", "segment", "stacks", "state", "t0",
+    )  # fmt: skip
 
     def __init__(self, rank: int, t0: int, stacks: StackTable) -> None:
         self.me = rank
@@ -195,25 +201,70 @@ class StreamEncoder:
             state.created(*desc[8])
         return head + line
 
-    def issued_wait(self, oid: int, wid: int, t: int, tid: int, sid: int) -> str:
+    def issued_wait(
+        self,
+        oid: int,
+        wid: int,
+        t: int,
+        tid: int,
+        sid: int,
+        returned: int = 0,
+        src: int | None = None,
+    ) -> str:
         """Blocking op ``oid`` was issued and thread ``tid`` waits on it (wait ``wid``,
-        at the op's stack ``sid``)."""
-        dt = self._dt(t)
+        at the op's stack ``sid``); ``returned``: when the wait returned (``src``: a
+        wildcard's sender), if it did."""
         last = self._last
-        state = self.state
-        state.returned(oid, False)
-        state.waited(wid, oid, (wid, self._us, tid, oid, sid))
+        us = (t - self.t0) // 1000
+        dt = us - self._us
+        self._us = us
         self._last = wid
-        if oid == last and wid == oid + 1 and tid == self._last_tid and sid == self._last_sid:
-            return f'["b",{dt}]\n'
+        short = oid == last and wid == oid + 1 and tid == self._last_tid and sid == self._last_sid
+        if returned:
+            self.state.issued_and_done(oid, wid)
+            end = (returned - self.t0) // 1000
+            self._us = end
+            if short and src is None:  # the hot path: one record for all three
+                return f'["k",{dt},{end - us}]\n'
+            done = encode.ret_line(end - us, 0, None, src)
+        else:
+            self.state.issued_waiting(oid, wid, (wid, us, tid, oid, sid))
+            done = ""
+        if short:
+            return f'["b",{dt}]\n' + done
         wid_text = "null" if wid == last + 1 else str(wid)
         line = encode.issued_wait_line(dt, last - oid, wid_text, str(tid), str(sid))
-        return self._stack(sid) + line
+        return self._stack(sid) + line + done
 
     def ret(self, rid: int, t: int, err: str | None = None, src: int | None = None) -> str:
         """Op or wait ``rid`` returned (``err``: it raised; ``src``: a wildcard's sender)."""
         self.state.returned(rid, err is not None)
-        return encode.ret_line(self._dt(t), self._last - rid, err, src)
+        us = (t - self.t0) // 1000
+        dt = us - self._us
+        self._us = us
+        if rid == self._last and err is None and src is None:
+            return f'["r",{dt}]\n'  # the hot path: a blocking op's wait returned
+        return encode.ret_line(dt, self._last - rid, err, src)
+
+    def held(self, records: deque[tuple[Any, ...]]) -> str:
+        """The records a writer held back, taken from ``records`` (under the writer's
+        lock): ``(op id, wait id, t, tid, sid)`` for :meth:`issued_wait`, ``(id, t,
+        src)`` for a wait's :meth:`ret`."""
+        if len(records) == 1 and len(records[0]) == 3:  # the usual: one ret
+            rid, t, src = records.popleft()
+            return self.ret(rid, t, None, src)
+        text = ""
+        while records:
+            record = records.popleft()
+            if len(record) == 3:
+                text += self.ret(record[0], record[1], None, record[2])
+            elif records and len(records[0]) == 3 and records[0][0] == record[1]:
+                _, t, src = records.popleft()  # its wait returned already: the op is complete
+                oid, wid, at, tid, sid = record
+                text += self.issued_wait(oid, wid, at, tid, sid, t, src)
+            else:
+                text += self.issued_wait(*record)
+        return text
 
     def wait(self, wid: int, t: int, tid: int, work: int, sid: int) -> str:
         """Thread ``tid`` waits on op ``work`` from stack ``sid``."""

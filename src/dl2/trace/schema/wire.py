@@ -20,29 +20,30 @@ import msgspec
 
 from dl2.trace.schema.decode import CorruptRecord
 from dl2.trace.schema.decode import Frame
+from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import UnknownRecord
 
-
-class OpDesc(msgspec.Struct, frozen=True, kw_only=True, gc=False):
-    """The repeated part of op records (a ``d`` line's object)."""
-
-    gid: str = "0"
-    op: str = "?"
-    api: str | None = None
-    peer: int | None = None
-    root: int | None = None
-    tag: int | None = None
-    redop: str | None = None
-    dtype: str | None = None
-    count: int | None = None
-    splits: tuple[tuple[int, ...], ...] | None = None
-    ranks: tuple[int, ...] | None = None
-    timeout: float | None = None
-    is_async: bool = msgspec.field(default=False, name="async")
-    eager: bool = False
-    deferred: bool = False
-    tid: int = 0
-    stack: int = 0
+#: The fields of an ``op`` record that an op description (a ``d`` line) holds: all but
+#: those that change from op to op, and the stack, which the description names by id.
+DESC_FIELDS = tuple(
+    f
+    for f in msgspec.structs.fields(OpRecord)
+    if f.name not in ("id", "t", "seq", "batch", "stack")
+)
+#: The object of a ``d`` line: :data:`DESC_FIELDS` plus ``stack`` (a stack id).
+OpDesc = msgspec.defstruct(
+    "OpDesc",
+    [
+        *(
+            (f.name, f.type, msgspec.field(default=f.default, name=f.encode_name))
+            for f in DESC_FIELDS
+        ),
+        ("stack", int, 0),
+    ],
+    kw_only=True,
+    frozen=True,
+    gc=False,
+)
 
 
 class _Line(msgspec.Struct, array_like=True, frozen=True, gc=False):
@@ -56,7 +57,7 @@ class StackDef(_Line, tag="s", frozen=True):
 
 class DescDef(_Line, tag="d", frozen=True):
     did: int
-    desc: OpDesc
+    desc: OpDesc  # type: ignore[valid-type]
 
 
 class OpLine(_Line, tag="o", frozen=True):
@@ -73,6 +74,11 @@ class IssuedWaitLine(_Line, tag="b", frozen=True):
     wid: int | None = None
     tid: int | None = None
     sid: int | None = None
+
+
+class IssuedDoneLine(_Line, tag="k", frozen=True):
+    dt: int
+    dt_ret: int
 
 
 class RetLine(_Line, tag="r", frozen=True):
@@ -148,6 +154,7 @@ Line = (
     | DescDef
     | OpLine
     | IssuedWaitLine
+    | IssuedDoneLine
     | RetLine
     | WaitLine
     | DoneLine
@@ -165,6 +172,7 @@ LINE_KINDS = frozenset(
         DescDef,
         OpLine,
         IssuedWaitLine,
+        IssuedDoneLine,
         RetLine,
         WaitLine,
         DoneLine,

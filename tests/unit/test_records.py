@@ -18,6 +18,7 @@ from dl2.trace.format import TraceReader
 from dl2.trace.format import parse_header
 from dl2.trace.schema import RECORD_KINDS
 from dl2.trace.schema import encode
+from dl2.trace.schema import stream as stream_mod
 from dl2.trace.schema.decode import CheckpointRecord
 from dl2.trace.schema.decode import CorruptRecord
 from dl2.trace.schema.decode import DoneRecord
@@ -352,21 +353,28 @@ def test_every_record_kind_has_a_round_trip_test():
 # -- interning and merging ----------------------------------------------------------------------
 
 
-def blocking_loop(s: Stream, n: int, first: int = 1, every_us: int = 1500) -> None:
-    """``n`` blocking all_reduce of one tensor from one line, as the recorder writes
-    them: op, issued + wait, and the wait's ret."""
+def blocking_loop(
+    s: Stream, n: int, first: int = 1, every_us: int = 1500, merged: bool = True
+) -> None:
+    """``n`` blocking all_reduce of one tensor from one line: op, issued + wait, and the
+    wait's ret, merged as the recorder writes them when the wait returned before its
+    next write (else the watchdog writes the issue + wait alone first)."""
     oid = first
     for i in range(n):
         us = 10**6 + i * every_us
         s.op(oid, us, seq=i)
-        s.add(s.encoder.issued_wait(oid, oid + 1, t(us + 40), TID, s.sid()))
-        s.add(s.encoder.ret(oid + 1, t(us + 900)))
+        if merged:
+            s.add(s.encoder.issued_wait(oid, oid + 1, t(us + 40), TID, s.sid(), t(us + 900)))
+        else:
+            s.add(s.encoder.issued_wait(oid, oid + 1, t(us + 40), TID, s.sid()))
+            s.add(s.encoder.ret(oid + 1, t(us + 900)))
         oid += 2
 
 
-def test_a_blocking_op_merges_its_issue_and_wait_and_reads_back_as_four_records():
+@pytest.mark.parametrize("merged", [True, False])
+def test_a_blocking_op_merges_its_issue_and_wait_and_reads_back_as_four_records(merged):
     s = Stream()
-    blocking_loop(s, 2)
+    blocking_loop(s, 2, merged=merged)
     records = s.read()
     op = OpRecord(
         id=1,
@@ -391,7 +399,10 @@ def test_a_blocking_op_merges_its_issue_and_wait_and_reads_back_as_four_records(
     # the stack and the description are written once
     text = "".join(s.lines)
     assert text.count('["s",') == 1 and text.count('["d",') == 1
-    assert s.lines[3:6] == ['["o",600,1]\n', '["b",40]\n', '["r",860]\n']
+    if merged:
+        assert s.lines[2:] == ['["o",600,1]\n', '["k",40,860]\n']
+    else:
+        assert s.lines[3:6] == ['["o",600,1]\n', '["b",40]\n', '["r",860]\n']
 
 
 def test_a_repeated_blocking_op_costs_at_most_64_bytes():
@@ -443,6 +454,21 @@ def test_p2p_seqs_are_implied_per_peer_and_direction():
         ("recv", 0, 0),
     ]
     assert all(line.count(",") <= 2 for line in s.lines if line.startswith('["o"'))
+
+
+def test_descriptions_past_the_limit_are_trimmed_and_their_ids_never_reused(monkeypatch):
+    # GIVEN a job whose ops all differ (a new description each), past the table's limit
+    monkeypatch.setattr(stream_mod, "DESC_LIMIT", 4)
+    s = Stream()
+    for i in range(30):
+        s.op(2 * i + 1, i, fields=encode.tensor_fields("float32", i % 7), seq=i, sid=0)
+        s.add(s.encoder.issued_wait(2 * i + 1, 2 * i + 2, t(i), TID, 0, t(i)))
+    # THEN every op reads back with its own fields
+    records = s.read()
+    assert [r.count for r in records if isinstance(r, OpRecord)] == [i % 7 for i in range(30)]
+    dids = [json.loads(line)[1] for text in s.lines for line in text.splitlines()
+            if line.startswith('["d"')]  # fmt: skip
+    assert len(dids) == len(set(dids)) > 7
 
 
 def test_record_to_dict_names_fields_as_version_1_did():
@@ -546,7 +572,9 @@ def _stream(draw: st.DrawFn) -> bytes:
             fields = encode.peer_tag_fields(peer, 0)
             s.op(oid, us, "send", fields=fields, peer=peer, sid=sid, seq=draw(st.none() | _SMALL))
         elif choice == 2:
-            s.add(s.encoder.issued_wait(oid, draw(_SMALL), t(us), draw(_INT), sid))
+            done = draw(st.sampled_from([0, t(us + 3)]))
+            src = draw(st.none() | _SMALL)
+            s.add(s.encoder.issued_wait(oid, draw(_SMALL), t(us), draw(_INT), sid, done, src))
         elif choice == 3:
             s.add(s.encoder.ret(oid, t(us), draw(st.none() | _TEXT), draw(st.none() | _INT)))
         elif choice == 4:

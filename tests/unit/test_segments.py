@@ -4,7 +4,9 @@ live tailer, the analysis of rotated runs)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck
@@ -274,6 +276,30 @@ def test_damaged_segment_sets_read_or_fail_cleanly(tmp_path_factory, edits, drop
         analyze(session)
     except Dl2Error:
         return
+
+
+def test_a_blocking_op_costs_one_write_and_a_blocked_one_is_flushed(tmp_path, monkeypatch):
+    (rank,) = ranks_of(tmp_path, 1, monkeypatch, BIG, "all")
+    writes: list[bytes] = []
+
+    def write(fd: int, data: bytes) -> int:
+        writes.append(data)
+        return os.write(fd, data)
+
+    monkeypatch.setattr(recorder_mod, "os", SimpleNamespace(write=write, getpid=os.getpid))
+    for _ in range(100):
+        rank.all_reduce()
+    # each op's write carries the previous op's issue, wait and return ("k")
+    assert len(writes) == 100
+    assert all(w.startswith(b'["k",') and w.count(b"\n") == 2 for w in writes[1:])
+    # a rank that stays in its wait has the issue + wait written by the watchdog's flush
+    rank.all_reduce(complete=False)
+    (path,) = segment_files(tmp_path)
+    assert path.read_bytes().endswith(b"]\n") and not path.read_bytes().endswith(b'["b",1]\n')
+    rank.rec.flush()
+    assert path.read_bytes().endswith(b'["b",1]\n')
+    kinds = [r.kind for r in read_trace_stream([path]).records[-3:]]
+    assert kinds == ["op", "ret", "wait"]
 
 
 def test_fake_ranks_write_what_they_are_told(tmp_path, monkeypatch):

@@ -292,6 +292,10 @@ class Recorder:
             if self.ended:
                 return
             self.ended = True
+        # Works seen complete by now are recorded before the end; the rest end with
+        # their groups (nothing is written of them after it).
+        self.poll_pending()
+        self.pending = {}
         with self.lock:
             self._write(self._head(enc) + enc.end(_now(), how))
 

@@ -18,6 +18,7 @@ Standard library only: the recorder runs it inside every rank.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -36,18 +37,22 @@ DESC_LIMIT = 20_000
 
 
 class StackTable:
-    """Encoded stacks by id, process-wide: id 0 is the empty stack (never defined)."""
+    """Encoded stacks by id, process-wide: id 0 is the empty stack (never defined).
+    Threads intern without a lock: ids come from an atomic counter, and a stack two
+    threads intern at once keeps the id published first."""
 
     def __init__(self) -> None:
         self._texts: dict[int, str] = {0: encode.EMPTY_STACK}
         self._ids: dict[str, int] = {encode.EMPTY_STACK: 0}
+        self._next = itertools.count(1)
 
     def intern(self, text: str) -> int:
         """The id of an encoded stack (:func:`~dl2.trace.schema.encode.stack_json`)."""
         sid = self._ids.get(text)
         if sid is None:
-            sid = self._ids[text] = len(self._texts)
-            self._texts[sid] = text
+            candidate = next(self._next)
+            self._texts[candidate] = text  # before the id is published
+            sid = self._ids.setdefault(text, candidate)
         return sid
 
     def text(self, sid: int) -> str:
@@ -69,7 +74,7 @@ class StreamEncoder:
     """
 
     __slots__ = (
-        "_by_did", "_descs", "_descs_defined", "_last", "_last_sid", "_last_tid",
+        "_by_did", "_descs", "_descs_defined", "_dids", "_last", "_last_sid", "_last_tid",
         "_stacks_defined", "_us", "me", "segment", "stacks", "state", "t0",
     )  # fmt: skip
 
@@ -81,6 +86,7 @@ class StreamEncoder:
         self.segment = 0
         self._descs: dict[tuple[Any, ...], _Desc] = {}
         self._by_did: dict[int, _Desc] = {}
+        self._dids = itertools.count(1)
         self._stacks_defined: set[int] = {0}
         self._descs_defined: set[int] = set()
         self._last = 0  # the id of the last record that created one
@@ -112,9 +118,7 @@ class StreamEncoder:
         gid_json, op, api, fields, is_async, tid, sid, eager, deferred = key
         if len(self._descs) >= DESC_LIMIT:
             self._trim()
-        did = len(self._by_did) + 1
-        while did in self._by_did:
-            did += 1
+        did = next(self._dids)  # never reused: a segment may hold a trimmed one
         family = op_family(op)
         desc: _Desc = (
             did,

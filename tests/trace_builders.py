@@ -43,10 +43,13 @@ class RankBuilder:
         self.file = file
         self.records: list[str] = []
         self.stacks = StackTable()
-        self.encoder = StreamEncoder(rank, 0, self.stacks)
+        self.encoder = StreamEncoder(rank, 0, self.stacks, self._collect)
         self._next_id = 0
         self._t = 0
         self._seq: dict[tuple[str, str], int] = {}
+
+    def _collect(self, data: bytes) -> None:
+        self.records.append(data.decode())
 
     def _id(self) -> int:
         self._next_id += 1
@@ -89,18 +92,17 @@ class RankBuilder:
         own = encode.op_fields(**fields)
         gid_json, t = encode.json_str(gid), self._time()
         peer, tag = fields.get("peer"), fields.get("tag") or 0
-        line = self.encoder.op(
+        self.encoder.op(
             op_id, t, 1, gid, gid_json, seq, op, api, own, is_async, stack,
             batch, eager, deferred, peer, tag,
         )  # fmt: skip
-        self.records.append(line)
         if returned:
             self.ret(op_id)
         return op_id
 
     def ret(self, record_id: int, err: str | None = None, src: int | None = None) -> RankBuilder:
         """The ``ret`` of an op or wait (``err``: it raised)."""
-        self.records.append(self.encoder.ret(record_id, self._time(), err, src))
+        self.encoder.ret(record_id, self._time(), err, src)
         return self
 
     def wait(
@@ -113,7 +115,7 @@ class RankBuilder:
         """A wait on ``op_id``: returned (``src``: a wildcard's sender; ``err``: it raised)
         or, with ``complete=False``, still waiting."""
         wait_id = self._id()
-        self.records.append(self.encoder.wait(wait_id, self._time(), 1, op_id, 0))
+        self.encoder.wait(wait_id, self._time(), 1, op_id, 0)
         if complete:
             self.ret(wait_id, err, src)
         return self
@@ -155,26 +157,24 @@ class RankBuilder:
 
     def done(self, op_id: int, src: int | None = None) -> RankBuilder:
         """A ``done``: async op ``op_id`` was seen complete."""
-        self.records.append(self.encoder.done(op_id, self._time(), src))
+        self.encoder.done(op_id, self._time(), src)
         return self
 
     def create_group(self, gid: str, ranks: list[int], line: int = 1, complete: bool = True) -> int:
         op_id = self._id()
-        self.records.append(
-            self.encoder.op(
-                op_id,
-                self._time(),
-                1,
-                gid,
-                encode.json_str(gid),
-                None,
-                "create_group",
-                "new_group",
-                encode.ranks_field(ranks),
-                False,
-                self._stack(line, "main", None),
-                ranks=ranks,
-            )
+        self.encoder.op(
+            op_id,
+            self._time(),
+            1,
+            gid,
+            encode.json_str(gid),
+            None,
+            "create_group",
+            "new_group",
+            encode.ranks_field(ranks),
+            False,
+            self._stack(line, "main", None),
+            ranks=ranks,
         )
         if complete:
             self.ret(op_id)
@@ -188,29 +188,23 @@ class RankBuilder:
         stack: Frames | None = None,
     ) -> RankBuilder:
         """A ``newgroup`` record: this rank called new_group (``gid`` None: not a member)."""
-        self.records.append(
-            self.encoder.newgroup(
-                self._id(), self._time(), ranks, gid, self._stack(line, "main", stack)
-            )
+        self.encoder.newgroup(
+            self._id(), self._time(), ranks, gid, self._stack(line, "main", stack)
         )
         return self
 
     def nonmember(self, api: str, line: int, stack: Frames | None = None) -> RankBuilder:
         """A ``nonmember`` record: ``api`` called on a group the rank is not in."""
-        self.records.append(
-            self.encoder.nonmember(self._time(), api, self._stack(line, "main", stack))
-        )
+        self.encoder.nonmember(self._time(), api, self._stack(line, "main", stack))
         return self
 
     def state(self, pending: list[int], where: str, stack: Frames = ()) -> RankBuilder:
         """A watchdog ``state`` record."""
-        self.records.append(
-            self.encoder.state_record(self._time(), pending, where, self._stack(0, "", stack))
-        )
+        self.encoder.state_record(self._time(), pending, where, self._stack(0, "", stack))
         return self
 
     def end(self, how: str = "exit") -> RankBuilder:
-        self.records.append(self.encoder.end(self._time(), how))
+        self.encoder.end(self._time(), how)
         return self
 
     def header(self, **fields: Any) -> str:

@@ -24,10 +24,13 @@ from dl2.trace.schema.stream import StreamEncoder
 from trace_builders import read_raw_trace
 
 
-def _op(oid: int, encoder: StreamEncoder | None = None) -> str:
+def _op(oid: int, t0: int = 0) -> str:
     """An all_reduce record line (with its description)."""
-    enc = encoder or StreamEncoder(0, 0, StackTable())
-    return enc.op(oid, enc.t0 + 1000, 1, "0", '"0"', 0, "all_reduce", None, "", False, 0)
+    lines: list[bytes] = []
+    enc = StreamEncoder(0, t0, StackTable(), lines.append)
+    enc.op(oid, t0 + 1000, 1, "0", '"0"', 0, "all_reduce", None, "", False, 0)
+    enc.ret(oid, t0 + 5000)
+    return b"".join(lines).decode()
 
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,9 +45,7 @@ BOOTSTRAP = REPO / "src" / "dl2" / "_bootstrap"
 def test_writer_header_and_records_read_back(tmp_path: Path) -> None:
     writer = TraceWriter(str(tmp_path / "run"), rank=3, world_size=4, torch_version="x")
     assert writer.enabled
-    encoder = StreamEncoder(3, writer.t0, StackTable())
-    writer.write_line(_op(1, encoder))
-    writer.write_line(encoder.ret(1, writer.t0 + 5000))
+    writer.write_line(_op(1, writer.t0))
     writer.close()
     (path,) = (tmp_path / "run").iterdir()
     assert path.name == f"rank00003.{os.getpid()}.dl2.jsonl"

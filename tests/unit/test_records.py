@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 from dl2.errors import TraceFormatError
 from dl2.trace.format import TraceReader
 from dl2.trace.format import parse_header
+from dl2.trace.rotated import snapshot
+from dl2.trace.rotated import track
 from dl2.trace.schema import RECORD_KINDS
 from dl2.trace.schema import encode
 from dl2.trace.schema import stream as stream_mod
@@ -77,8 +79,8 @@ class Stream:
 
     def __init__(self, rank: int = 0, segment: int = 0) -> None:
         self.stacks = StackTable()
-        self.encoder = StreamEncoder(rank, T0, self.stacks)
-        self.lines: list[str] = []
+        self.lines: list[str] = []  # one entry per write
+        self.encoder = StreamEncoder(rank, T0, self.stacks, lambda data: self.add(data.decode()))
         self.header = self.header_line(rank, segment)
 
     @staticmethod
@@ -94,31 +96,46 @@ class Stream:
         self.lines.append(text)
         return text
 
-    def op(self, oid: int, us: int, op: str = "all_reduce", **kw: object) -> str:
+    def blocked(
+        self,
+        oid: int,
+        wid: int,
+        t: int,
+        tid: int,
+        sid: int,
+        returned: int = 0,
+        src: int | None = None,
+    ) -> None:
+        """A blocking op issued and waited on (and the wait returned), as the recorder
+        holds them back and writes them at the next record."""
+        self.encoder.hold_issued_wait(oid, wid, t, tid, sid)
+        if returned:
+            self.encoder.hold_ret(wid, returned, src)
+        self.encoder.flush()
+
+    def op(self, oid: int, us: int, op: str = "all_reduce", **kw: object) -> None:
         fields = kw.pop("fields", ',"redop":"sum","dtype":"float32","count":8')
         args = dict(tid=TID, gid="0", seq=None, api=op, is_async=False, sid=self.sid(), batch=None)
         args.update(kw)  # type: ignore[arg-type]
         gid = str(args["gid"])
-        return self.add(
-            self.encoder.op(
-                oid,
-                T0 + us * 1000,
-                args["tid"],  # type: ignore[arg-type]
-                gid,
-                encode.json_str(gid),
-                args["seq"],  # type: ignore[arg-type]
-                op,
-                args["api"],  # type: ignore[arg-type]
-                fields,  # type: ignore[arg-type]
-                bool(args["is_async"]),
-                args["sid"],  # type: ignore[arg-type]
-                args["batch"],  # type: ignore[arg-type]
-                bool(args.get("eager", False)),
-                bool(args.get("deferred", False)),
-                args.get("peer"),  # type: ignore[arg-type]
-                int(args.get("tag", 0)),  # type: ignore[call-overload]
-                args.get("ranks"),  # type: ignore[arg-type]
-            )
+        self.encoder.op(
+            oid,
+            T0 + us * 1000,
+            args["tid"],  # type: ignore[arg-type]
+            gid,
+            encode.json_str(gid),
+            args["seq"],  # type: ignore[arg-type]
+            op,
+            args["api"],  # type: ignore[arg-type]
+            fields,  # type: ignore[arg-type]
+            bool(args["is_async"]),
+            args["sid"],  # type: ignore[arg-type]
+            args["batch"],  # type: ignore[arg-type]
+            bool(args.get("eager", False)),
+            bool(args.get("deferred", False)),
+            args.get("peer"),  # type: ignore[arg-type]
+            int(args.get("tag", 0)),  # type: ignore[call-overload]
+            args.get("ranks"),  # type: ignore[arg-type]
         )
 
     def text(self) -> bytes:
@@ -291,15 +308,15 @@ def test_timeout_is_short_and_exact(seconds):
 def test_ret_round_trip(err, src):
     s = Stream()
     s.op(8, 1)
-    s.add(s.encoder.ret(8, t(9), err, src))
+    s.encoder.ret(8, t(9), err, src)
     assert s.read()[1] == RetRecord(id=8, t=t(9), err=err, src=src)
 
 
 def test_wait_round_trip():
     s = Stream()
     s.op(7, 1, is_async=True)
-    s.add(s.encoder.wait(10, t(11), 12, 7, s.sid()))
-    s.add(s.encoder.wait(11, t(12), TID, 7, 0))
+    s.encoder.wait(10, t(11), 12, 7, s.sid())
+    s.encoder.wait(11, t(12), TID, 7, 0)
     assert s.read()[1:] == [
         WaitRecord(id=10, t=t(11), tid=12, work=7, stack=FRAMES),
         WaitRecord(id=11, t=t(12), tid=TID, work=7),
@@ -310,14 +327,14 @@ def test_wait_round_trip():
 def test_done_round_trip(src):
     s = Stream()
     s.op(3, 1, is_async=True)
-    s.add(s.encoder.done(3, t(4), src))
+    s.encoder.done(3, t(4), src)
     assert s.read()[1] == DoneRecord(id=3, t=t(4), src=src)
 
 
 @pytest.mark.parametrize(("ranks", "gid"), [([0, 2], "1"), ([1, 3], None), (None, 'x"y')])
 def test_newgroup_round_trip(ranks, gid):
     s = Stream()
-    s.add(s.encoder.newgroup(5, t(6), ranks, gid, s.sid()))
+    s.encoder.newgroup(5, t(6), ranks, gid, s.sid())
     expected = tuple(ranks) if ranks is not None else None
     assert s.read() == [NewGroupRecord(id=5, t=t(6), ranks=expected, gid=gid, stack=FRAMES)]
 
@@ -325,7 +342,7 @@ def test_newgroup_round_trip(ranks, gid):
 @pytest.mark.parametrize("api", ["all_reduce", 'odd "api"\\\n'])
 def test_nonmember_round_trip(api):
     s = Stream()
-    s.add(s.encoder.nonmember(t(5), api, s.sid()))
+    s.encoder.nonmember(t(5), api, s.sid())
     assert s.read() == [NonMemberRecord(t=t(5), api=api, stack=FRAMES)]
 
 
@@ -334,15 +351,57 @@ def test_nonmember_round_trip(api):
 )
 def test_state_round_trip(pending, where):
     s = Stream()
-    s.add(s.encoder.state_record(t(5), pending, where, s.sid()))
+    s.encoder.state_record(t(5), pending, where, s.sid())
     assert s.read() == [StateRecord(t=t(5), pending=tuple(pending), where=where, stack=FRAMES)]
 
 
 @pytest.mark.parametrize("how", ["exit", "destroy"])
 def test_end_round_trip(how):
     s = Stream()
-    s.add(s.encoder.end(t(99), how))
+    s.encoder.end(t(99), how)
     assert s.read() == [EndRecord(t=t(99), how=how)]
+
+
+def test_checkpoint_round_trip_with_every_kind_of_open_state():
+    # GIVEN rank 1's stream: groups, new_group calls, a completed blocking op, an isend
+    # issued (pending), a wildcard irecv entered (not issued), a blocking op waited on,
+    # and an async op waited on
+    s = Stream(rank=1)
+    s.op(1, 1, "create_group", fields=encode.ranks_field([0, 1]), ranks=[0, 1], api="new_group")
+    s.encoder.ret(1, t(2))
+    s.encoder.newgroup(2, t(3), [0, 1], "1", s.sid())
+    s.encoder.newgroup(3, t(4), [2, 3], None, 0)
+    s.op(4, 5, "create_group", gid="1", fields=encode.ranks_field([0, 1]), ranks=[0, 1])
+    s.encoder.ret(4, t(6))
+    s.op(5, 7, seq=0)
+    s.blocked(5, 6, t(8), TID, s.sid(), t(9))
+    p2p = encode.peer_tag_fields(0, 3) + encode.tensor_fields("int8", 2)
+    s.op(7, 10, "send", api="isend", fields=p2p, peer=0, tag=3, seq=0, is_async=True, batch=7)
+    s.encoder.ret(7, t(11))
+    wild = encode.peer_tag_fields(None, 0) + encode.tensor_fields("int8", 2)
+    s.op(8, 12, "recv", api="irecv", gid="1", fields=wild, seq=0, is_async=True, sid=0)
+    s.op(9, 13, "barrier", gid="1", fields="", seq=0)
+    s.blocked(9, 10, t(14), TID, s.sid())
+    s.op(11, 15, seq=1, is_async=True, tid=7)
+    s.encoder.ret(11, t(16))
+    s.encoder.wait(12, t(17), 8, 11, s.sid(STACK[:2]))
+    before = s.read()
+    # WHEN a new segment starts: its checkpoint, with the definitions it needs
+    text = Stream.header_line(1, segment=1) + s.encoder.start_segment(1, t(18))
+    reader = TraceReader("seg1")
+    (cp,) = reader.feed(text.encode())
+    # THEN it reads back as a checkpoint of exactly that state
+    assert isinstance(cp, CheckpointRecord) and not reader.warnings
+    assert cp == snapshot(track(before, 1, T0), t(18), 1)
+    assert (cp.next_id, cp.ops_before, cp.segment) == (13, 7, 1)
+    assert cp.collectives == {"0": 2, "1": 1}
+    assert cp.channels == (("0", 1, 0, 3, 1), ("1", -1, 1, 0, 1))
+    assert cp.groups == {"0": (0, 1), "1": (0, 1)}
+    assert [op.id for op in cp.open] == [7, 8, 9, 11]
+    assert cp.issued == (7, 9, 11) and cp.pending == (7, 11)
+    assert [(w.id, w.work, w.tid) for w in cp.waits] == [(10, 9, TID), (12, 11, 8)]
+    assert cp.waits[1].stack == FRAMES[:2] and cp.open[0].batch == 7
+    assert [(g.id, g.gid) for g in cp.newgroups] == [(2, "1"), (3, None)]
 
 
 def test_every_record_kind_has_a_round_trip_test():
@@ -364,10 +423,10 @@ def blocking_loop(
         us = 10**6 + i * every_us
         s.op(oid, us, seq=i)
         if merged:
-            s.add(s.encoder.issued_wait(oid, oid + 1, t(us + 40), TID, s.sid(), t(us + 900)))
+            s.blocked(oid, oid + 1, t(us + 40), TID, s.sid(), t(us + 900))
         else:
-            s.add(s.encoder.issued_wait(oid, oid + 1, t(us + 40), TID, s.sid()))
-            s.add(s.encoder.ret(oid + 1, t(us + 900)))
+            s.blocked(oid, oid + 1, t(us + 40), TID, s.sid())
+            s.encoder.ret(oid + 1, t(us + 900))
         oid += 2
 
 
@@ -409,7 +468,7 @@ def test_a_repeated_blocking_op_costs_at_most_64_bytes():
     # GIVEN 10,000 blocking all_reduce of one tensor from one line, late in a long run
     # (ids in the millions, times an hour after t0)
     s = Stream()
-    s.encoder.state.next_id = 3_000_000
+    s.encoder.next_id = 3_000_000
     s.op(2_999_999, 3_600 * 10**6, "barrier", fields="", seq=0)
     before = len("".join(s.lines))
     blocking_loop(s, 10_000, first=3_000_000)
@@ -423,9 +482,9 @@ def test_out_of_order_ids_and_irregular_seqs_are_written_out():
     s = Stream()
     s.op(5, 1, seq=7, tid=1)
     s.op(3, 2, seq=8, tid=2, sid=0)
-    s.add(s.encoder.issued_wait(3, 9, t(3), 2, 0))  # not the last op's thread and stack
-    s.add(s.encoder.ret(5, t(4)))
-    s.add(s.encoder.issued_wait(5, 10, t(5), 1, s.sid()))
+    s.blocked(3, 9, t(3), 2, 0)  # not the last op's thread and stack
+    s.encoder.ret(5, t(4))
+    s.blocked(5, 10, t(5), 1, s.sid())
     records = s.read()
     assert [(r.kind, r.id) for r in records] == [
         ("op", 5),
@@ -462,7 +521,7 @@ def test_descriptions_past_the_limit_are_trimmed_and_their_ids_never_reused(monk
     s = Stream()
     for i in range(30):
         s.op(2 * i + 1, i, fields=encode.tensor_fields("float32", i % 7), seq=i, sid=0)
-        s.add(s.encoder.issued_wait(2 * i + 1, 2 * i + 2, t(i), TID, 0, t(i)))
+        s.blocked(2 * i + 1, 2 * i + 2, t(i), TID, 0, t(i))
     # THEN every op reads back with its own fields
     records = s.read()
     assert [r.count for r in records if isinstance(r, OpRecord)] == [i % 7 for i in range(30)]
@@ -486,7 +545,7 @@ def test_record_to_dict_names_fields_as_version_1_did():
 
 def test_unknown_elements_and_kinds_are_tolerated():
     s = Stream()
-    s.add(s.encoder.end(t(1), "exit")[:-2] + ',{"x":[1,2]},7]\n')
+    s.add('["e",1,"exit",{"x":[1,2]},7]\n')
     s.add('["z",3,{"frames":[]}]\n')
     assert s.read() == [EndRecord(t=t(1), how="exit"), UnknownRecord("z")]
 
@@ -518,7 +577,7 @@ def test_a_corrupt_line_mid_file_is_skipped_with_a_warning_and_a_last_one_is_a_n
     s = Stream()
     s.op(1, 1, is_async=True)
     s.add("garbage\n")
-    s.add(s.encoder.done(1, t(2)))
+    s.encoder.done(1, t(2))
     s.add('["x",5,0,"not a rank"]\n')
     reader = TraceReader("f")
     records = reader.feed(s.text())
@@ -562,7 +621,7 @@ def _stream(draw: st.DrawFn) -> bytes:
     elements of any type)."""
     s = Stream(segment=draw(st.integers(0, 1)))
     if s.header.find('"segment":1') >= 0:
-        s.add(s.encoder.checkpoint(T0))
+        s.encoder.checkpoint(T0)
     for _ in range(draw(st.integers(0, 8))):
         oid, us = draw(_SMALL), draw(_SMALL)
         sid = s.sid(draw(st.lists(st.tuples(_TEXT, _INT, _TEXT), max_size=2)))
@@ -574,17 +633,17 @@ def _stream(draw: st.DrawFn) -> bytes:
         elif choice == 2:
             done = draw(st.sampled_from([0, t(us + 3)]))
             src = draw(st.none() | _SMALL)
-            s.add(s.encoder.issued_wait(oid, draw(_SMALL), t(us), draw(_INT), sid, done, src))
+            s.blocked(oid, draw(_SMALL), t(us), draw(_INT), sid, done, src)
         elif choice == 3:
-            s.add(s.encoder.ret(oid, t(us), draw(st.none() | _TEXT), draw(st.none() | _INT)))
+            s.encoder.ret(oid, t(us), draw(st.none() | _TEXT), draw(st.none() | _INT))
         elif choice == 4:
-            s.add(s.encoder.wait(oid, t(us), draw(_INT), draw(_SMALL), sid))
+            s.encoder.wait(oid, t(us), draw(_INT), draw(_SMALL), sid)
         elif choice == 5:
-            s.add(s.encoder.state_record(t(us), draw(st.lists(_INT, max_size=3)), "poll", sid))
+            s.encoder.state_record(t(us), draw(st.lists(_INT, max_size=3)), "poll", sid)
         elif choice == 6:
-            s.add(s.encoder.checkpoint(t(us)))
+            s.encoder.checkpoint(t(us))
         elif choice == 7:
-            s.add(s.encoder.done(oid, t(us), draw(st.none() | _INT)))
+            s.encoder.done(oid, t(us), draw(st.none() | _INT))
         else:
             kind = draw(st.sampled_from(["o", "b", "r", "c", "s", "d", "future"]))
             fields = draw(st.lists(_JSON, max_size=4))

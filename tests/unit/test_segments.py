@@ -4,9 +4,7 @@ live tailer, the analysis of rotated runs)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck
@@ -18,7 +16,6 @@ from dl2.analysis import analyze
 from dl2.cli import main
 from dl2.errors import Dl2Error
 from dl2.live.tailer import TraceTailer
-from dl2.record import recorder as recorder_mod
 from dl2.report import FindingKind
 from dl2.report import Verdict
 from dl2.trace.format import read_trace_stream
@@ -26,6 +23,7 @@ from dl2.trace.format import stream_of
 from dl2.trace.format import trace_file_name
 from dl2.trace.rotated import snapshot
 from dl2.trace.rotated import track
+from dl2.trace.schema import stream as stream_mod
 from dl2.trace.schema.decode import CheckpointRecord
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.session import load_session
@@ -80,7 +78,7 @@ def test_a_rotated_trace_reads_back_as_the_unrotated_one_from_its_checkpoint_on(
     cut = len(full.records) - len(rest)
     assert rest == list(full.records[cut:])
     # AND its checkpoint is what the records before it say
-    assert cp == snapshot(track(full.records[:cut], 0), cp.t, cp.segment)
+    assert cp == snapshot(track(full.records[:cut], 0, full.header.t0), cp.t, cp.segment)
     assert cp.ops_before == sum(isinstance(r, OpRecord) for r in full.records[:cut])
     assert cp.collectives == {"0": next(r.seq for r in rest if isinstance(r, OpRecord))}
     assert cp.groups == {"0": (0,)}
@@ -125,7 +123,7 @@ def test_a_corrupt_segment_is_read_around_with_a_warning(tmp_path, monkeypatch):
 
 
 def test_checkpoints_within_a_segment_resynchronise_after_a_corrupt_line(tmp_path, monkeypatch):
-    monkeypatch.setattr(recorder_mod, "SYNC_BYTES", 512)
+    monkeypatch.setattr(stream_mod, "SYNC_BYTES", 512)
     full = read_trace_stream(segment_files(one_rank(tmp_path / "a", monkeypatch, BIG, "all")))
     (path,) = segment_files(one_rank(tmp_path / "b", monkeypatch, BIG, "all"))
     text = path.read_bytes()
@@ -281,12 +279,15 @@ def test_damaged_segment_sets_read_or_fail_cleanly(tmp_path_factory, edits, drop
 def test_a_blocking_op_costs_one_write_and_a_blocked_one_is_flushed(tmp_path, monkeypatch):
     (rank,) = ranks_of(tmp_path, 1, monkeypatch, BIG, "all")
     writes: list[bytes] = []
+    enc = rank.rec.enc
+    assert enc is not None
+    write = enc._sink
 
-    def write(fd: int, data: bytes) -> int:
+    def counted(data: bytes) -> object:
         writes.append(data)
-        return os.write(fd, data)
+        return write(data)
 
-    monkeypatch.setattr(recorder_mod, "os", SimpleNamespace(write=write, getpid=os.getpid))
+    monkeypatch.setattr(enc, "_sink", counted)
     for _ in range(100):
         rank.all_reduce()
     # each op's write carries the previous op's issue, wait and return ("k")

@@ -151,7 +151,8 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             oid = next(rec.ids)
             rec.last_tid = tid = _tid()
             gid, gid_json = self._dl2_gid, self._dl2_gid_json
-            rec.op(oid, _now(), tid, gid, gid_json, seq, op, api, extra, is_async, stack)
+            enc: Any = rec.enc  # the stream encoder, set while recording is active
+            enc.op(oid, _now(), tid, gid, gid_json, seq, op, api, extra, is_async, stack)
         except Exception:
             return fn(*args, **kwargs)
         return self._dl2_issue(oid, fn, args, kwargs, is_async, None, stack)
@@ -204,7 +205,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             gate = rec.gate
             deferred = gate is not None and batch is not None and not sync
             fields = peer_tag_fields(peer, tag) + tensor_desc(tensors)
-            rec.op(
+            rec.enc.op(  # type: ignore[union-attr]
                 oid, _now(), tid, self._dl2_gid, self._dl2_gid_json, seq, direction, api,
                 fields, not sync, stack, batch, eager is not None, deferred, peer, tag,
             )  # fmt: skip

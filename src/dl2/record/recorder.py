@@ -5,15 +5,16 @@ There is one :class:`Recorder` per process (``RECORDER``), created by
 created, because only then is the global rank known.  Everything here is careful never
 to raise into the job: recording errors cost the record, never the run.
 
-Records are encoded by the stream's :class:`~dl2.trace.schema.stream.StreamEncoder`,
-whose lines depend on the lines before them (interned stacks, id and time deltas): each
-record is encoded and written under one lock, so the file holds them in the order they
-were encoded, and a segment is rotated between two records.
+Records are encoded and written by the stream's
+:class:`~dl2.trace.schema.stream.StreamEncoder`, whose lines depend on the lines before
+them (interned stacks, id and time deltas): each record is encoded and written under its
+lock, so the file holds them in the order they were encoded, and a segment is rotated
+between two records (:meth:`Recorder._roll` opens the next one).
 """
 
 from __future__ import annotations
 
-import collections
+import functools
 import itertools
 import os
 import threading
@@ -30,9 +31,6 @@ _now = time.monotonic_ns
 
 # Pending works are polled (is_completed) and pruned when the dict grows past this.
 PRUNE_AT = 64
-#: A checkpoint within a segment every so many bytes (a reader that met a corrupt line
-#: resynchronises there).
-SYNC_BYTES = 1 << 20
 
 
 class Recorder:
@@ -43,6 +41,9 @@ class Recorder:
 
     Attributes:
         writer: the open trace writer, or None before the default group exists.
+        enc: the stream encoder that writes the records (the recording group calls its
+            :meth:`~dl2.trace.schema.stream.StreamEncoder.op`, the hot path, directly),
+            or None while nothing is recorded.
         pending: op id -> (gloo's work, the group's global ranks for a wildcard recv or
             None) for async ops not yet waited on and not yet seen complete.
         blocking: thread id -> the blocking op that thread is waiting on.
@@ -56,14 +57,6 @@ class Recorder:
         self.writer: TraceWriter | None = None
         self.enc: StreamEncoder | None = None
         self.fd = -1  # the writer's descriptor while it is enabled, else -1
-        self.lock = threading.Lock()  # held while a record is encoded and written
-        # bytes to write before the next segment or checkpoint, of _due_set
-        self._due = self._due_set = SYNC_BYTES
-        # Records held back to share the next write (see issued_wait and ret_later):
-        # (op id, wait id, t, tid, stack) for a blocking op issued and waited on, (id, t,
-        # src) for a wait that returned.  Deque appends are atomic: threads add to it
-        # without the lock.
-        self.tail: collections.deque[tuple[Any, ...]] = collections.deque()
         self.ids = itertools.count(1)
         self.pending: dict[int, tuple[Any, list[int] | None]] = {}
         self.blocking: dict[int, int] = {}  # thread id -> blocking op it is waiting on
@@ -93,14 +86,24 @@ class Recorder:
             return
         if writer is not None:
             writer.close()
-        self.writer = TraceWriter(
+        self.writer = writer = TraceWriter(
             self.run_dir, rank, world_size, "gloo", torch_version, self.emulation()
         )
-        self.enc = StreamEncoder(rank, self.writer.t0, STACKS)
-        self._due = self._due_set = min(self.writer.room, SYNC_BYTES)
-        self.fd = self.writer.fd
+        self.fd = writer.fd
+        self.enc = None
+        if writer.enabled:
+            self.enc = StreamEncoder(
+                rank,
+                writer.t0,
+                STACKS,
+                functools.partial(os.write, writer.fd),
+                room=writer.room,
+                roll=self._roll,
+                on_error=self.fail,
+                clock=_now,
+            )
         self.ended = False
-        if self.writer.enabled and self.watchdog is None:
+        if writer.enabled and self.watchdog is None:
             try:
                 from dl2.record.watchdog import Watchdog
 
@@ -108,6 +111,17 @@ class Recorder:
                 self.watchdog.start()
             except Exception as err:  # the watchdog is optional
                 notice(f"watchdog not started: {err!r}")
+
+    def _roll(self, segment: int, prologue: str) -> tuple[Any, int] | None:
+        """Start the next segment (the encoder calls this under its lock)."""
+        writer = self.writer
+        if writer is None:
+            return None
+        writer.open_segment(segment, prologue)
+        self.fd = writer.fd
+        if not writer.enabled:
+            return None
+        return functools.partial(os.write, writer.fd), writer.room
 
     def emulation(self) -> tuple[int, bool] | None:
         """The header's ``emulate`` as ``(eager_bytes, fused_batches)``, or None when
@@ -133,56 +147,18 @@ class Recorder:
         """True while records can be written."""
         return self.fd >= 0
 
-    # -- writing records (each encoded and written under the lock) -------------------
+    @property
+    def tail(self) -> Any:
+        """The records held back to share the next write."""
+        return self.enc.tail if self.enc is not None else ()
 
-    def _roll(self, enc: StreamEncoder) -> str:
-        """Once the bytes due are written: start the next segment (the held-back rets
-        go to the current one first) or give the checkpoint due within this one."""
-        writer = self.writer
-        assert writer is not None
-        writer.room -= self._due_set - self._due
-        head = enc.held(self.tail) if self.tail else ""
-        if writer.room <= 0:
-            if head:
-                self._write(head)
-                head = ""
-            segment = writer.segment + 1
-            writer.open_segment(segment, enc.start_segment(segment, _now()))
-            self.fd = writer.fd
-        else:
-            head += enc.checkpoint(_now())
-        self._due = self._due_set = min(writer.room, SYNC_BYTES)
-        return head
-
-    def _head(self, enc: StreamEncoder) -> str:
-        """What goes before the next record: a new segment or checkpoint when due, and
-        the held-back rets."""
-        head = self._roll(enc) if self._due <= 0 else ""
-        return head + enc.held(self.tail) if self.tail else head
-
-    def _write(self, text: str) -> None:
-        """Append encoded lines in one write (a regular file takes it all or fails)."""
-        data = text.encode()
-        try:
-            os.write(self.fd, data)
-        except OSError as err:
-            self.fail(err)
-        else:
-            self._due -= len(data)
+    # -- records (see dl2.trace.schema.stream for each) ----------------------------------
 
     def op(self, *args: Any, **kwargs: Any) -> None:
-        """The record of an op entered: the arguments are those of
-        :meth:`~dl2.trace.schema.stream.StreamEncoder.op` (the hot path)."""
+        """An op entered (the recording group calls ``enc.op`` itself on its hot path)."""
         enc = self.enc
-        if enc is None or self.fd < 0:
-            return
-        with self.lock:
-            if self._due <= 0:
-                self._write(self._head(enc) + enc.op(*args, **kwargs))
-            elif self.tail:
-                self._write(enc.held(self.tail) + enc.op(*args, **kwargs))
-            else:
-                self._write(enc.op(*args, **kwargs))
+        if enc is not None and self.fd >= 0:
+            enc.op(*args, **kwargs)
 
     def issued_wait(
         self, oid: int, wid: int, t: int, tid: int, sid: int, returned: bool = False
@@ -194,44 +170,11 @@ class Recorder:
         quickly, both share the next record's write (a blocking op costs one write);
         when it blocks, the watchdog writes it within one period.
         """
-        if self.fd >= 0:
-            self.tail.append((oid, wid, t, tid, sid))
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.hold_issued_wait(oid, wid, t, tid, sid)
             if returned:
-                self.tail.append((wid, t, None))
-
-    def wait(self, wid: int, t: int, tid: int, work: int, sid: int, returned: bool = False) -> None:
-        """Thread ``tid`` waits on op ``work`` (``returned``: the wait returned at once)."""
-        enc = self.enc
-        if enc is None or self.fd < 0:
-            return
-        with self.lock:
-            head = self._head(enc) if self.tail or self._due <= 0 else ""
-            text = head + enc.wait(wid, t, tid, work, sid)
-            self._write(text + enc.ret(wid, t) if returned else text)
-
-    def newgroup(
-        self, nid: int, t: int, ranks: Sequence[int] | None, gid: str | None, sid: int
-    ) -> None:
-        enc = self.enc
-        if enc is None or self.fd < 0:
-            return
-        with self.lock:
-            self._write(self._head(enc) + enc.newgroup(nid, t, ranks, gid, sid))
-
-    def nonmember(self, t: int, api: str, sid: int) -> None:
-        enc = self.enc
-        if enc is None or self.fd < 0:
-            return
-        with self.lock:
-            self._write(self._head(enc) + enc.nonmember(t, api, sid))
-
-    def state(self, t: int, pending: Sequence[int], where: str, sid: int) -> None:
-        """The watchdog's ``state`` record."""
-        enc = self.enc
-        if enc is None or self.fd < 0:
-            return
-        with self.lock:
-            self._write(self._head(enc) + enc.state_record(t, pending, where, sid))
+                enc.hold_ret(wid, t)
 
     def ret_later(self, oid: int, src: int | None) -> None:
         """A ``ret`` that may wait for the next write (at most one watchdog period).
@@ -240,48 +183,45 @@ class Recorder:
         issued, so it can share the next record's write instead of costing a syscall of
         its own; the watchdog and the exit hook flush it when no record follows.
         """
-        self.tail.append((oid, _now(), src))
-
-    def flush(self) -> None:
-        """Write the held-back lines now."""
         enc = self.enc
-        if self.tail and enc is not None and self.fd >= 0:
-            with self.lock:
-                text = self._head(enc)
-                if text:
-                    self._write(text)
+        if enc is not None:
+            enc.hold_ret(oid, _now(), src)
 
-    def fail(self, err: OSError) -> None:
-        """A write failed: stop recording (the writer prints the one-line notice)."""
-        self.fd = -1
-        if self.writer is not None:
-            self.writer.fail(err)
-
-    def close(self) -> None:
-        """Stop recording and close the file (held-back lines are written first)."""
-        self.flush()
-        self.fd = -1
-        if self.writer is not None:
-            self.writer.close()
-
-    # -- records that are not ops -------------------------------------------------------
+    def wait(self, wid: int, t: int, tid: int, work: int, sid: int, returned: bool = False) -> None:
+        """Thread ``tid`` waits on op ``work`` (``returned``: the wait returned at once)."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.wait(wid, t, tid, work, sid, t if returned else 0)
 
     def ret(self, oid: int, err: BaseException | None = None, src: int | None = None) -> None:
         """The ``ret`` record of op or wait ``oid``."""
         enc = self.enc
-        if enc is None or self.fd < 0:
-            return
-        text = _describe(err) if err is not None else None
-        with self.lock:
-            self._write(self._head(enc) + enc.ret(oid, _now(), text, src))
+        if enc is not None and self.fd >= 0:
+            enc.ret(oid, _now(), _describe(err) if err is not None else None, src)
 
     def done(self, oid: int, src: int | None = None) -> None:
         """The ``done`` record of async op ``oid`` seen complete."""
         enc = self.enc
-        if enc is None or self.fd < 0:
-            return
-        with self.lock:
-            self._write(self._head(enc) + enc.done(oid, _now(), src))
+        if enc is not None and self.fd >= 0:
+            enc.done(oid, _now(), src)
+
+    def newgroup(
+        self, nid: int, t: int, ranks: Sequence[int] | None, gid: str | None, sid: int
+    ) -> None:
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.newgroup(nid, t, ranks, gid, sid)
+
+    def nonmember(self, t: int, api: str, sid: int) -> None:
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.nonmember(t, api, sid)
+
+    def state(self, t: int, pending: Sequence[int], where: str, sid: int) -> None:
+        """The watchdog's ``state`` record."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.state_record(t, pending, where, sid)
 
     def end(self, how: str) -> None:
         """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
@@ -296,8 +236,26 @@ class Recorder:
         # their groups (nothing is written of them after it).
         self.poll_pending()
         self.pending = {}
-        with self.lock:
-            self._write(self._head(enc) + enc.end(_now(), how))
+        enc.end(_now(), how)
+
+    def flush(self) -> None:
+        """Write the held-back records now."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.flush()
+
+    def fail(self, err: OSError) -> None:
+        """A write failed: stop recording (the writer prints the one-line notice)."""
+        self.fd = -1
+        if self.writer is not None:
+            self.writer.fail(err)
+
+    def close(self) -> None:
+        """Stop recording and close the file (held-back records are written first)."""
+        self.flush()
+        self.fd = -1
+        if self.writer is not None:
+            self.writer.close()
 
     # -- pending async works ----------------------------------------------------------
 
@@ -328,13 +286,11 @@ class Recorder:
         """In a forked child: forget the parent's file, works and watchdog (the parent's
         held-back lines are the parent's to write; the child closes only its copy of the
         descriptor)."""
-        self.tail.clear()
-        self.lock = threading.Lock()  # another thread may have held it at the fork
+        self.enc = None  # its lock may have been held by another thread at the fork
         self.fd = -1
         if self.writer is not None:
             self.writer.close()
         self.writer = None
-        self.enc = None
         self.pending = {}
         self.blocking = {}
         self.batches = {}

@@ -30,8 +30,11 @@ from typing import Any
 import msgspec
 
 from dl2.trace.format import RankTrace
+from dl2.trace.format import TraceReader
+from dl2.trace.schema import encode
 from dl2.trace.schema.decode import CheckpointRecord
 from dl2.trace.schema.decode import DoneRecord
+from dl2.trace.schema.decode import Frame
 from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
@@ -39,11 +42,10 @@ from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.schema.state import GROUP
 from dl2.trace.schema.state import P2P
-from dl2.trace.schema.state import StreamState
-from dl2.trace.schema.state import channel_of
+from dl2.trace.schema.state import expected_seqs
 from dl2.trace.schema.state import op_family
-from dl2.trace.schema.state import seq_key
-from dl2.trace.schema.state import settles_on_return
+from dl2.trace.schema.stream import StackTable
+from dl2.trace.schema.stream import StreamEncoder
 
 _replace = msgspec.structs.replace
 # A slot family: ("c", gid) for a group's collectives, ("p", gid, sender, receiver) for
@@ -54,60 +56,84 @@ Family = tuple[Any, ...]
 # -- the state of a stream, from typed records ---------------------------------------------
 
 
-def track(records: Iterable[Record], me: int) -> StreamState:
-    """The :class:`StreamState` of rank ``me`` after ``records`` (payloads: the records)."""
-    state = StreamState()
+def track(records: Iterable[Record], me: int, t0: int = 0) -> StreamEncoder:
+    """The records of rank ``me`` replayed through a stream encoder that writes nothing:
+    its state (``open``, ``waits``, the counts...) is the stream's after them, by the
+    recorder's own rules (a leading checkpoint is taken as it says)."""
+    enc = StreamEncoder(me, t0, StackTable(), _discard)
     for rec in records:
         if isinstance(rec, OpRecord):
-            family = op_family(rec.op)
-            chan = channel_of(rec.gid, rec.op, rec.peer, rec.tag, me) if family == P2P else None
-            skey = seq_key(rec.gid, rec.op, rec.peer)
-            settles = settles_on_return(rec.op, rec.is_async, rec.eager)
-            state.opened(rec.id, rec, skey, rec.seq, chan, rec.is_async, settles)
-            if family == GROUP:
-                state.created(rec.gid, list(rec.ranks) if rec.ranks is not None else None)
+            _replay_op(enc, rec)
         elif isinstance(rec, RetRecord):
-            state.returned(rec.id, rec.err is not None)
+            enc.ret(rec.id, rec.t, rec.err, rec.src)
         elif isinstance(rec, WaitRecord):
-            state.waited(rec.id, rec.work, rec)
+            enc.wait(rec.id, rec.t, rec.tid, rec.work, _sid(enc, rec.stack))
         elif isinstance(rec, DoneRecord):
-            state.completed(rec.id)
+            enc.done(rec.id, rec.t, rec.src)
         elif isinstance(rec, NewGroupRecord):
-            state.called_new_group(rec.id, rec)
+            enc.newgroup(rec.id, rec.t, rec.ranks, rec.gid, _sid(enc, rec.stack))
         elif isinstance(rec, CheckpointRecord):
-            _restore(state, rec, me)
-    return state
+            _resume(enc, rec, me)
+    return enc
 
 
-def _restore(state: StreamState, cp: CheckpointRecord, me: int) -> None:
-    channels = {(g, s, r, tag): n for g, s, r, tag, n in cp.channels}
-    groups = {g: (list(r) if r is not None else None) for g, r in cp.groups.items()}
-    state.restore(cp.next_id, cp.ops_before, dict(cp.collectives), channels, groups, me)
+def _discard(data: bytes) -> None:
+    pass
+
+
+def _sid(enc: StreamEncoder, stack: tuple[Frame, ...]) -> int:
+    return enc.stacks.intern(encode.stack_of((f.file, f.line, f.function) for f in stack))
+
+
+def _replay_op(enc: StreamEncoder, rec: OpRecord) -> None:
+    fields = encode.op_fields(
+        peer=rec.peer,
+        tag=rec.tag,
+        root=rec.root,
+        redop=rec.redop,
+        dtype=rec.dtype,
+        count=rec.count,
+        splits=rec.splits,
+        ranks=rec.ranks,
+        timeout=rec.timeout,
+    )
+    gid_json = encode.json_str(rec.gid)
+    enc.op(rec.id, rec.t, rec.tid, rec.gid, gid_json, rec.seq, rec.op, rec.api, fields,
+           rec.is_async, _sid(enc, rec.stack), rec.batch, rec.eager, rec.deferred, rec.peer,
+           rec.tag or 0, rec.ranks)  # fmt: skip
+
+
+def _resume(enc: StreamEncoder, cp: CheckpointRecord, me: int) -> None:
+    """Start from a checkpoint: its open ops and waits, then its counts."""
     issued = set(cp.issued)
     for op in cp.open:
-        settles = settles_on_return(op.op, op.is_async, op.eager)
-        state.reopen(op.id, op, op.is_async, settles, op.id in issued)
+        _replay_op(enc, op)
+        if op.id in issued:
+            enc.ret(op.id, cp.t)
     for wait in cp.waits:
-        state.waits[wait.id] = (wait.work, wait)
-    state.newgroups = list(cp.newgroups)
+        enc.wait(wait.id, wait.t, wait.tid, wait.work, _sid(enc, wait.stack))
+    channels = {(g, s, r, tag): n for g, s, r, tag, n in cp.channels}
+    enc.next_id = max(enc.next_id, cp.next_id)
+    enc.ops_before = cp.ops_before
+    enc.channels = channels
+    enc.seqs = expected_seqs(dict(cp.collectives), channels, me)
+    enc.groups = {g: (list(r) if r is not None else None) for g, r in cp.groups.items()}
+    enc.newgroups = [
+        (g.id, (g.t - enc.t0) // 1000, list(g.ranks) if g.ranks is not None else None, g.gid,
+         _sid(enc, g.stack))
+        for g in cp.newgroups
+    ]  # fmt: skip
 
 
-def snapshot(state: StreamState, t: int, segment: int) -> CheckpointRecord:
-    """The checkpoint a recorder would write at this state (for checks and tests)."""
-    return CheckpointRecord(
-        t=t,
-        segment=segment,
-        next_id=state.next_id,
-        ops_before=state.ops_before,
-        collectives=state.collectives(),
-        channels=tuple((*key, n) for key, n in state.channels.items()),
-        groups={g: (tuple(r) if r is not None else None) for g, r in state.groups.items()},
-        open=tuple(payload for payload, _, _ in state.open.values()),
-        issued=tuple(sorted(state.issued)),
-        waits=tuple(payload for _, payload in state.waits.values()),
-        pending=tuple(state.pending()),
-        newgroups=tuple(state.newgroups),
+def snapshot(enc: StreamEncoder, t: int, segment: int) -> CheckpointRecord:
+    """The checkpoint ``enc`` writes at ``t`` to start ``segment``, read back."""
+    header = encode.header_line(
+        rank=enc.me, world_size=0, pid=0, host="", t0=enc.t0, wall=0, dl2="", segment=segment
     )
+    records = TraceReader("checkpoint").feed((header + enc.start_segment(segment, t)).encode())
+    checkpoint = records[0]
+    assert isinstance(checkpoint, CheckpointRecord)
+    return checkpoint
 
 
 # -- alignment --------------------------------------------------------------------------------
@@ -200,7 +226,11 @@ def align(traces: Mapping[int, RankTrace]) -> tuple[dict[int, RankTrace], list[s
     stand_ins: dict[int, list[tuple[Family, int, OpRecord]]] = defaultdict(list)
     for family, by_rank in present.items():
         for slot in sorted({s for ops in by_rank.values() for s in ops}):
-            gone = [r for r in rotated if bases[r].get(family, 0) > slot and slot not in by_rank[r]]
+            gone = [
+                r
+                for r in rotated
+                if bases[r].get(family, 0) > slot and slot not in by_rank.get(r, {})
+            ]
             if not gone:
                 continue
             issued = [(r, ops[slot]) for r, ops in by_rank.items() if slot in ops]

@@ -3,8 +3,9 @@
 This package is the one place that knows how records look on disk.  The writer side
 imports nothing but the standard library (the recorder runs it inside every rank):
 :mod:`~dl2.trace.schema.encode` formats every line, :mod:`~dl2.trace.schema.stream`
-encodes a rank's stream of records (interning, deltas, checkpoints) and
-:mod:`~dl2.trace.schema.state` follows what the stream has issued and left open.  The
+encodes and writes a rank's stream of records (interning, deltas, merged records, what
+is open, checkpoints) and :mod:`~dl2.trace.schema.state` holds the counting rules both
+sides share.  The
 reader side is for the analysis only (msgspec): :mod:`~dl2.trace.schema.wire` decodes
 lines, :mod:`~dl2.trace.schema.reader` resolves them into the typed records of
 :mod:`~dl2.trace.schema.decode`, which are what the rest of dl2 reads.
@@ -152,7 +153,7 @@ the recorder also writes one every so often within a segment: a reader that had 
 skip a corrupt line resynchronises there (and says whether records were lost).  A
 reader gives back the checkpoint that starts a segment only when the segment is the
 first it reads of the process.  A blocking op costs two short lines (``o``, then ``k``
-or ``b`` and ``r``: about 27 bytes once its description and stack are defined).
+or ``b`` and ``r``: about 22 bytes once its description and stack are defined).
 
 Readers ignore elements they do not know at the end of a line and keep lines of kinds
 they do not know (as ``UnknownRecord``); a line of a known kind with an element of the

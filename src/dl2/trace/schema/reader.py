@@ -37,7 +37,8 @@ from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import UnknownRecord
 from dl2.trace.schema.decode import WaitRecord
-from dl2.trace.schema.state import StreamState
+from dl2.trace.schema.state import collectives
+from dl2.trace.schema.state import expected_seqs
 from dl2.trace.schema.state import seq_key
 from dl2.trace.schema.wire import DESC_FIELDS
 from dl2.trace.schema.wire import CheckpointBody
@@ -78,7 +79,9 @@ class SegmentDecoder:
         self._stacks: dict[int, tuple[Frame, ...]] = {0: ()}
         # did -> (OpRecord with id 0, t 0, seq None; the op's seq key; its stack id)
         self._descs: dict[int, tuple[OpRecord, Any, int]] = {}
-        self._state = StreamState()
+        self._seqs: dict[Any, int] = {}  # the seq each key expects next
+        self._next_id = 1
+        self._ops_before = 0
         self._us = 0
         self._last = 0
         self._last_tid = 0
@@ -146,8 +149,8 @@ class SegmentDecoder:
     def _new_id(self, given: int | None) -> int:
         rid = self._last + 1 if given is None else given
         self._last = rid
-        if rid >= self._state.next_id:
-            self._state.next_id = rid + 1
+        if rid >= self._next_id:
+            self._next_id = rid + 1
         return rid
 
     def _template(self, did: int) -> tuple[OpRecord, Any, int]:
@@ -165,9 +168,8 @@ class SegmentDecoder:
         batch: int | None,
     ) -> OpRecord:
         record, skey, _ = template
-        state = self._state
         if skey is not None:
-            seqs = state.seqs
+            seqs = self._seqs
             if seq is None:
                 seq = seqs.get(skey, 0)
             seqs[skey] = seq + 1
@@ -191,7 +193,7 @@ class SegmentDecoder:
         us = self._us + line.dt
         self._us = us
         record = self._resolve_op(template, self._new_id(line.id), us, line.seq, line.batch)
-        self._state.ops_before += 1
+        self._ops_before += 1
         self._last_tid = record.tid
         self._last_sid = template[2]
         out.append(record)
@@ -252,9 +254,8 @@ class SegmentDecoder:
     def _checkpoint(self, line: CheckpointLine, out: _Out) -> None:
         body = line.body
         record = self._checkpoint_record(line.us, body)
-        state = self._state
         if self._skipped:
-            found = (state.next_id, state.ops_before, state.collectives())
+            found = (self._next_id, self._ops_before, collectives(self._seqs))
             if found != (body.next_id, body.ops_before, body.collectives):
                 self.notes.append(
                     f"{self._skipped} corrupt line(s) lost records: the ids and seqs read "
@@ -262,10 +263,9 @@ class SegmentDecoder:
                 )
             self._skipped = 0
         channels = {(g, s, r, tag): n for g, s, r, tag, n in body.channels}
-        groups = {g: (list(r) if r is not None else None) for g, r in body.groups.items()}
-        state.restore(
-            body.next_id, body.ops_before, dict(body.collectives), channels, groups, self.me
-        )
+        self._seqs = expected_seqs(dict(body.collectives), channels, self.me)
+        self._next_id = body.next_id
+        self._ops_before = body.ops_before
         self._us = line.us
         self._last = body.next_id - 1
         self._last_tid = 0

@@ -96,18 +96,11 @@ class Stream:
         self.lines.append(text)
         return text
 
-    def blocked(
-        self,
-        oid: int,
-        wid: int,
-        t: int,
-        tid: int,
-        sid: int,
-        returned: int = 0,
-        src: int | None = None,
-    ) -> None:
-        """A blocking op issued and waited on (and the wait returned), as the recorder
-        holds them back and writes them at the next record."""
+    def blocked(self, *issue: int, returned: int = 0, src: int | None = None) -> None:
+        """A blocking op issued and waited on (``issue``: op id, wait id, t, tid, sid),
+        and the wait returned at ``returned``, as the recorder holds them back and
+        writes them at the next record."""
+        oid, wid, t, tid, sid = issue
         self.encoder.hold_issued_wait(oid, wid, t, tid, sid)
         if returned:
             self.encoder.hold_ret(wid, returned, src)
@@ -374,7 +367,7 @@ def test_checkpoint_round_trip_with_every_kind_of_open_state():
     s.op(4, 5, "create_group", gid="1", fields=encode.ranks_field([0, 1]), ranks=[0, 1])
     s.encoder.ret(4, t(6))
     s.op(5, 7, seq=0)
-    s.blocked(5, 6, t(8), TID, s.sid(), t(9))
+    s.blocked(5, 6, t(8), TID, s.sid(), returned=t(9))
     p2p = encode.peer_tag_fields(0, 3) + encode.tensor_fields("int8", 2)
     s.op(7, 10, "send", api="isend", fields=p2p, peer=0, tag=3, seq=0, is_async=True, batch=7)
     s.encoder.ret(7, t(11))
@@ -423,7 +416,7 @@ def blocking_loop(
         us = 10**6 + i * every_us
         s.op(oid, us, seq=i)
         if merged:
-            s.blocked(oid, oid + 1, t(us + 40), TID, s.sid(), t(us + 900))
+            s.blocked(oid, oid + 1, t(us + 40), TID, s.sid(), returned=t(us + 900))
         else:
             s.blocked(oid, oid + 1, t(us + 40), TID, s.sid())
             s.encoder.ret(oid + 1, t(us + 900))
@@ -521,7 +514,7 @@ def test_descriptions_past_the_limit_are_trimmed_and_their_ids_never_reused(monk
     s = Stream()
     for i in range(30):
         s.op(2 * i + 1, i, fields=encode.tensor_fields("float32", i % 7), seq=i, sid=0)
-        s.blocked(2 * i + 1, 2 * i + 2, t(i), TID, 0, t(i))
+        s.blocked(2 * i + 1, 2 * i + 2, t(i), TID, 0, returned=t(i))
     # THEN every op reads back with its own fields
     records = s.read()
     assert [r.count for r in records if isinstance(r, OpRecord)] == [i % 7 for i in range(30)]
@@ -633,7 +626,7 @@ def _stream(draw: st.DrawFn) -> bytes:
         elif choice == 2:
             done = draw(st.sampled_from([0, t(us + 3)]))
             src = draw(st.none() | _SMALL)
-            s.blocked(oid, draw(_SMALL), t(us), draw(_INT), sid, done, src)
+            s.blocked(oid, draw(_SMALL), t(us), draw(_INT), sid, returned=done, src=src)
         elif choice == 3:
             s.encoder.ret(oid, t(us), draw(st.none() | _TEXT), draw(st.none() | _INT))
         elif choice == 4:

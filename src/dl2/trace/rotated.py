@@ -85,18 +85,12 @@ def _sid(enc: StreamEncoder, stack: tuple[Frame, ...]) -> int:
     return enc.stacks.intern(encode.stack_of((f.file, f.line, f.function) for f in stack))
 
 
+#: An op record's own fields, as :func:`~dl2.trace.schema.encode.op_fields` takes them.
+_OWN_FIELDS = ("peer", "tag", "root", "redop", "dtype", "count", "splits", "ranks", "timeout")
+
+
 def _replay_op(enc: StreamEncoder, rec: OpRecord) -> None:
-    fields = encode.op_fields(
-        peer=rec.peer,
-        tag=rec.tag,
-        root=rec.root,
-        redop=rec.redop,
-        dtype=rec.dtype,
-        count=rec.count,
-        splits=rec.splits,
-        ranks=rec.ranks,
-        timeout=rec.timeout,
-    )
+    fields = encode.op_fields(**{name: getattr(rec, name) for name in _OWN_FIELDS})
     gid_json = encode.json_str(rec.gid)
     enc.op(rec.id, rec.t, rec.tid, rec.gid, gid_json, rec.seq, rec.op, rec.api, fields,
            rec.is_async, _sid(enc, rec.stack), rec.batch, rec.eager, rec.deferred, rec.peer,

@@ -318,13 +318,7 @@ class StreamEncoder:
                 self.channels[desc[3]] = self.channels.get(desc[3], 0) + 1
             if desc[8] is not None:
                 self.groups[desc[8][0]] = desc[8][1]
-            data = text.encode()
-            try:
-                self._sink(data)
-            except OSError as err:
-                self._failed(err)
-                return
-            self._due -= len(data)
+            self._write(text)
 
     def _issued_wait(
         self,

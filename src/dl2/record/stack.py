@@ -19,9 +19,9 @@ import sysconfig
 from types import CodeType
 from types import FrameType
 
+from dl2.trace.schema.encode import StackTable
 from dl2.trace.schema.encode import frame_json
 from dl2.trace.schema.encode import stack_json
-from dl2.trace.schema.stream import StackTable
 
 #: The process's stacks: id -> encoded stack (the trace's stack ids).
 STACKS = StackTable()

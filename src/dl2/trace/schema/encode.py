@@ -10,7 +10,8 @@ reduce-op names, ``where``, ``how``), a number, or JSON-encoded here once (file 
 group names; a caller on a hot path encodes them with :func:`json_str` once and caches
 the result).
 
-The op-specific fields of an op description (see :func:`desc_line`) are fragments from
+A :class:`StackTable` interns encoded stacks (the ids that ``s`` lines define).  The
+op-specific fields of an op description (see :func:`desc_line`) are fragments from
 the ``*_field(s)`` functions, in the order of :func:`op_fields`; they keep the names of
 the typed :class:`~dl2.trace.schema.decode.OpRecord` fields.
 
@@ -20,6 +21,7 @@ lines are documented in :mod:`dl2.trace.schema`; :mod:`dl2.trace.schema.wire` re
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -79,6 +81,29 @@ def stack_json(frames: Iterable[str]) -> str:
 def stack_of(frames: Iterable[tuple[str, int, str]]) -> str:
     """A stack from ``(file, line, function)`` triples, innermost first."""
     return stack_json(frame_json(*frame) for frame in frames)
+
+
+class StackTable:
+    """Encoded stacks by id, process-wide: id 0 is the empty stack (never defined).
+    Threads intern without a lock: ids come from an atomic counter, and a stack two
+    threads intern at once keeps the id published first."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, str] = {0: EMPTY_STACK}
+        self._ids: dict[str, int] = {EMPTY_STACK: 0}
+        self._next = itertools.count(1)
+
+    def intern(self, text: str) -> int:
+        """The id of an encoded stack (:func:`~dl2.trace.schema.encode.stack_json`)."""
+        sid = self._ids.get(text)
+        if sid is None:
+            candidate = next(self._next)
+            self._texts[candidate] = text  # before the id is published
+            sid = self._ids.setdefault(text, candidate)
+        return sid
+
+    def text(self, sid: int) -> str:
+        return self._texts.get(sid, EMPTY_STACK)
 
 
 # -- the header -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dl2.trace.schema import encode
+from dl2.trace.schema.encode import StackTable as StackTable  # the stacks a stream interns
 from dl2.trace.schema.state import GROUP
 from dl2.trace.schema.state import P2P
 from dl2.trace.schema.state import channel_of
@@ -54,29 +55,6 @@ Roll = Callable[[int, str], "tuple[Sink, int] | None"]
 
 def _discard(data: bytes) -> None:
     """The sink of a stream that can no longer write."""
-
-
-class StackTable:
-    """Encoded stacks by id, process-wide: id 0 is the empty stack (never defined).
-    Threads intern without a lock: ids come from an atomic counter, and a stack two
-    threads intern at once keeps the id published first."""
-
-    def __init__(self) -> None:
-        self._texts: dict[int, str] = {0: encode.EMPTY_STACK}
-        self._ids: dict[str, int] = {encode.EMPTY_STACK: 0}
-        self._next = itertools.count(1)
-
-    def intern(self, text: str) -> int:
-        """The id of an encoded stack (:func:`~dl2.trace.schema.encode.stack_json`)."""
-        sid = self._ids.get(text)
-        if sid is None:
-            candidate = next(self._next)
-            self._texts[candidate] = text  # before the id is published
-            sid = self._ids.setdefault(text, candidate)
-        return sid
-
-    def text(self, sid: int) -> str:
-        return self._texts.get(sid, encode.EMPTY_STACK)
 
 
 # An interned op description: (did, its "d" line, seq key, channel, async, settles on

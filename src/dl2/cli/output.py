@@ -62,7 +62,5 @@ def conclude(
 
 
 def exit_status(outcome: Outcome, report: Report) -> int:
-    """dl2's exit status: the report's, or 130 when interrupted short of a deadlock."""
-    if outcome.reason == "interrupted" and report.verdict is not Verdict.DEADLOCK:
-        return 130
+    """dl2's exit status: the report's verdict's (130 for ``interrupted``)."""
     return report.exit_code

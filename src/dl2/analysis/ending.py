@@ -167,7 +167,10 @@ def hang_findings(
             "was never issued."
         )
         first = ops[0]
-        others = f" (and {len(stuck) - 1} more)" if len(stuck) > 1 else ""
+        if len({(phrase(o), where(o)) for o in ops}) == 1:
+            who = rank_list(stuck)  # all in the same call
+        else:
+            who = f"rank {first.rank} (and {len(stuck) - 1} more)"
         findings.append(
             Finding(
                 kind=FindingKind.HANG,
@@ -180,10 +183,7 @@ def hang_findings(
                     "queue, a lock or a sleep loop of its own leaves its peers blocked."
                 ),
                 group=ops[0].gid,
-                summary=(
-                    f"rank {first.rank}{others} blocked in {phrase(first)} ({where(first)}) "
-                    f"waiting on {waited}"
-                ),
+                summary=(f"{who} blocked in {phrase(first)} ({where(first)}) waiting on {waited}"),
             )
         )
     return findings

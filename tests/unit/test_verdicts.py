@@ -110,3 +110,16 @@ def test_a_healthy_job_killed_mid_step_is_not_a_hang():
     report = analyze(_ended(killed, "finished"), quiet={0: 0.3, 1: 0.3})
     # THEN no hang: a job caught mid-step, stopped from outside (never "ok")
     assert report.verdict is Verdict.INTERRUPTED and report.exit_code == 130
+
+
+def test_ranks_killed_after_another_rank_exited_are_not_killed_from_outside():
+    # GIVEN rank 1 raised and ran its exit hook (an end record; under torchrun or
+    # mp.spawn its exit status is not ours to see), then its launcher killed rank 0
+    builders = _rank1_outside_communication()
+    builders[1].end()
+    report = analyze(_ended(session(builders, states={0: KILLED, 1: EXITED}), "finished"))
+    # THEN no hang and no interrupt: the rank that left never issued rank 0's collective
+    assert report.verdict is Verdict.DEFECT
+    assert [(f.kind, f.ranks) for f in report.findings] == [
+        (FindingKind.COLLECTIVE_MISSING, (0, 1))
+    ]

@@ -63,14 +63,19 @@ def cut_off_ranks(session: Session, graph: ExecutionGraph) -> frozenset[int]:
     """Ranks killed together from outside dl2, read where their traces stop.
 
     Empty when dl2 itself ended the job (its ranks are alive at the stop already), while
-    some rank still runs (or nothing is known of the processes), or when some rank
-    failed on its own (then the killed ranks died of that failure's
+    some rank still runs (or nothing is known of the processes), when some rank's
+    program reached its exit hook (the others were ended because of it), or when some
+    rank failed on its own (then the killed ranks died of that failure's
     consequences, or alone: their peers' waits on them are orphaned).
     """
     if session.stopped_from_outside:
         return frozenset()
     if any(session.process_state(r) not in (EXITED, FAILED, KILLED) for r in graph.timelines):
         return frozenset()  # the job has not ended, or nothing is known of its processes
+    if any(timeline.ended == "exit" for timeline in graph.timelines.values()):
+        # a rank's program ran to its exit hook (finished, or raised and exited): a
+        # launcher that kills the others then (torchrun, mp.spawn) reacts to that rank
+        return frozenset()
     silent = frozenset(
         rank
         for rank, timeline in graph.timelines.items()

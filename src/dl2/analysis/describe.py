@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
-from dl2.report import store_call
 from dl2.report import OpRef
+from dl2.report import store_call
 
 
 def op_ref(op: Op) -> OpRef:

@@ -116,6 +116,7 @@ class OpState(msgspec.Struct, gc=False):
                 waited_at=self.waited_at,
                 eager=rec.eager,
                 deferred=rec.deferred,
+                keys=None,
             )
         return op
 

@@ -62,7 +62,7 @@ STORE_METHODS: dict[str, tuple[int, str, bool]] = {
     "delete_key": (0, "key", False),
     "check": (0, "keys", True),
 }
-assert STORE_WAITS | STORE_SETS <= STORE_METHODS.keys()
+assert STORE_METHODS.keys() >= STORE_WAITS | STORE_SETS
 
 #: PrefixStore -> its identity (see :func:`identity`), worked out when it is created
 _IDENTITIES: weakref.WeakKeyDictionary[Any, tuple[str | None, str]] = weakref.WeakKeyDictionary()

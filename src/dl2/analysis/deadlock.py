@@ -96,7 +96,6 @@ def _store_finding(wfg: WaitForGraph, node: RankNode) -> Finding:
             f"no other rank will set{reason}."
         ),
         hint=_STORE_HINT,
-        group=op.gid,
     )
 
 
@@ -192,7 +191,7 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
                 message=message,
                 hint=_hint(ops, notes),
                 cycle=cycle,
-                group=ops[0].gid if len({o.gid for o in ops}) == 1 else None,
+                group=ops[0].gid if len({o.gid for o in ops}) == 1 and not stores else None,
             )
         )
     for rank in members:

@@ -176,6 +176,23 @@ def test_a_get_that_returned_or_raised_is_over():
     assert graph.timelines[0].ops == ()  # store calls are no ops of the matching
 
 
+def test_a_store_wait_of_another_thread_does_not_hold_the_rank():
+    # GIVEN rank 0 enters wait(['stop']) (a watcher thread) and then goes on: its main
+    # thread issues and completes an all_reduce; rank 1 waits in the next all_reduce
+    r0, r1 = ranks(2)
+    r0.store("wait", 12, ["stop"], complete=False)
+    r0.call("all_reduce", 13)
+    r1.call("all_reduce", 13)
+    r1.call("all_reduce", 14, complete=False)
+    built = session([r0, r1])
+    graph = build_execution_graph(built)
+    wfg = build_wait_for_graph(built, graph)
+    # THEN rank 0 is not held by the store wait: it is running (it may yet reach the
+    # all_reduce), and nothing is a deadlock
+    assert graph.timelines[0].blocked is None
+    assert wfg.status(0) is RankStatus.RUNNING and not wfg.deadlocked
+
+
 def test_a_get_whose_setter_exited_is_a_deadlock_not_an_orphaned_wait():
     # GIVEN rank 1 left cleanly without setting 'ready', rank 0 still in get('ready')
     r0, r1 = ranks(2)

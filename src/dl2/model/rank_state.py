@@ -168,8 +168,9 @@ class RankModel:
         self.nonmember: list[NonMemberRecord] = []
         self.ended: str | None = None
         # store calls that wait for keys, entered and not returned: id -> (record, the
-        # number of the rank's ops before it); and the store keys the rank set
-        self.store_calls: dict[int, tuple[StoreRecord, int]] = {}
+        # number of the rank's ops before it, its record position); and the store keys
+        # the rank set
+        self.store_calls: dict[int, tuple[StoreRecord, int, int]] = {}
         self.store_keys: set[str] = set()
         self.last_state: StateRecord | None = None
         self.state_at = -1  # record position of last_state
@@ -252,7 +253,7 @@ class RankModel:
                     assert isinstance(rec, StoreRecord)
                 active = at
                 if rec.block:
-                    self.store_calls[rec.id] = (rec, n_ops)
+                    self.store_calls[rec.id] = (rec, n_ops, at)
                     calls[rec.id] = None
                 else:
                     self._store_set(rec)
@@ -371,11 +372,11 @@ class RankModel:
         if self.ended is not None:
             return None
         ops = self.ops
-        if self.open_calls:
-            last = next(reversed(self.open_calls))
+        last = self._innermost_call() if self.open_calls else None
+        if last is not None:
             call = self.store_calls.get(last)
             if call is not None:
-                return Blocked((store_op(self.rank, *call),), "call")
+                return Blocked((store_op(self.rank, call[0], call[1]),), "call")
             if last in self.waits:
                 target = ops.get(self.waits[last])
                 return Blocked((target.op(),), "wait") if target is not None else None
@@ -404,6 +405,17 @@ class RankModel:
             o.op() for i in state.pending if (o := ops.get(i)) is not None and not o.completed
         )
         return Blocked(pending, how) if pending else None
+
+    def _innermost_call(self) -> int | None:
+        """The innermost open call that holds the rank.  A store wait the rank entered
+        before its latest activity is passed over: another thread waits in it (a thread
+        watching for a key, say) while the rank goes on."""
+        store_calls = self.store_calls
+        for call_id in reversed(self.open_calls):
+            call = store_calls.get(call_id)
+            if call is None or call[2] >= self.activity_at:
+                return call_id
+        return None
 
     def timeline(self, truncated: bool, check: Callable[[], None]) -> Timeline:
         """The rank's timeline; ``check`` guards the ops, which are built on first use,

@@ -203,10 +203,13 @@ class RankBuilder:
         complete: bool = True,
         timeout: float | None = None,
         err: str | None = None,
+        where: str | None = "comm",
     ) -> int:
         """A c10d Store call (``op``: get, wait, set, add, ...); one that waits for its
         keys (get, wait, multi_get) returns (``err``: it raised) unless ``complete`` is
-        False, which leaves the rank inside it.  Returns its id."""
+        False, which leaves the rank inside it, followed by the watchdog's ``state``
+        saying where the rank's thread is (``where``; None: no state yet).  Returns its
+        id."""
         store_id = self._id()
         block = op in STORE_WAITS
         stack = self._stack(line, "main", None)
@@ -217,6 +220,8 @@ class RankBuilder:
         )
         if block and complete:
             self.ret(store_id, err)
+        elif block and where is not None:
+            self.state([], where, [(self.file, line, "main")])
         return store_id
 
     def end(self, how: str = "exit") -> RankBuilder:

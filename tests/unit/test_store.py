@@ -193,6 +193,20 @@ def test_a_store_wait_of_another_thread_does_not_hold_the_rank():
     assert wfg.status(0) is RankStatus.RUNNING and not wfg.deadlocked
 
 
+@pytest.mark.parametrize("where", [None, "python", "backward"])
+def test_a_store_wait_holds_the_rank_once_the_watchdog_finds_it_there(where):
+    # GIVEN rank 0 in wait(['stop']), with no watchdog report yet (None) or one that
+    # finds its main thread elsewhere (a watcher thread waits, the rank computes)
+    r0, r1 = ranks(2)
+    r0.store("wait", 12, ["stop"], complete=False, where=where)
+    r1.call("all_reduce", 14, complete=False)
+    built = session([r0, r1])
+    graph = build_execution_graph(built)
+    # THEN the wait does not hold the rank (yet): no deadlock is claimed
+    assert graph.timelines[0].blocked is None
+    assert not build_wait_for_graph(built, graph).deadlocked
+
+
 def test_a_get_whose_setter_exited_is_a_deadlock_not_an_orphaned_wait():
     # GIVEN rank 1 left cleanly without setting 'ready', rank 0 still in get('ready')
     r0, r1 = ranks(2)

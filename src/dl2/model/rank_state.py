@@ -407,13 +407,27 @@ class RankModel:
         return Blocked(pending, how) if pending else None
 
     def _innermost_call(self) -> int | None:
-        """The innermost open call that holds the rank.  A store wait the rank entered
-        before its latest activity is passed over: another thread waits in it (a thread
-        watching for a key, say) while the rank goes on."""
+        """The innermost open call that holds the rank.
+
+        A store wait holds it only once the watchdog, looking at the thread that issues
+        the rank's communication after the wait began, found it inside communication
+        ("comm": the wait's own frame), and while nothing was recorded since the wait
+        began.  Otherwise another thread waits in it (a thread watching for a key, say)
+        while the rank goes on: the wait is passed over.
+        """
         store_calls = self.store_calls
+        state = self.last_state
         for call_id in reversed(self.open_calls):
             call = store_calls.get(call_id)
-            if call is None or call[2] >= self.activity_at:
+            if call is None:
+                return call_id
+            at = call[2]
+            if (
+                at >= self.activity_at
+                and state is not None
+                and self.state_at > at
+                and state.where == "comm"
+            ):
                 return call_id
         return None
 

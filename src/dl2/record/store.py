@@ -166,9 +166,10 @@ def _record(
     base, prefix = identity(store)
     block = name in STORE_WAITS
     sid = next(rec.ids)
+    # rec.last_tid is left alone: the watchdog keeps watching the thread that issues the
+    # rank's ops, which tells a rank blocked in a store wait ("comm") from one whose
+    # other thread waits there while it computes ("python")
     tid = _tid()
-    if block:
-        rec.last_tid = tid  # the watchdog samples the thread that blocks
     timeout = _timeout(name, args, kwargs)
     rec.emit(store_line(sid, _now(), tid, name, base, prefix, keys, block, stack, timeout))
     return sid

@@ -193,6 +193,20 @@ def test_a_store_wait_of_another_thread_does_not_hold_the_rank():
     assert wfg.status(0) is RankStatus.RUNNING and not wfg.deadlocked
 
 
+def test_a_rank_inside_a_collective_is_held_by_it_not_by_a_store_wait():
+    # GIVEN rank 0 inside an all_reduce, and then a watcher thread of it in wait(['stop'])
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 13, complete=False)
+    r0.store("wait", 12, ["stop"], complete=False)
+    r1.call("barrier", 14, complete=False)
+    built = session([r0, r1])
+    graph = build_execution_graph(built)
+    # THEN the rank is blocked in the all_reduce (an AND wait on rank 1)
+    blocked = graph.timelines[0].blocked
+    assert blocked is not None and blocked.ops[0].op == "all_reduce"
+    assert analyze(built).findings[0].ops[0].op == "all_reduce"
+
+
 @pytest.mark.parametrize("where", [None, "python", "backward"])
 def test_a_store_wait_holds_the_rank_once_the_watchdog_finds_it_there(where):
     # GIVEN rank 0 in wait(['stop']), with no watchdog report yet (None) or one that

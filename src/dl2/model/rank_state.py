@@ -409,27 +409,30 @@ class RankModel:
     def _innermost_call(self) -> int | None:
         """The innermost open call that holds the rank.
 
-        A store wait holds it only once the watchdog, looking at the thread that issues
-        the rank's communication after the wait began, found it inside communication
-        ("comm": the wait's own frame), and while nothing was recorded since the wait
-        began.  Otherwise another thread waits in it (a thread watching for a key, say)
-        while the rank goes on: the wait is passed over.
+        An open op or wait comes first: the thread that issues the rank's communication
+        is in it.  A store wait holds the rank only when no op or wait is open, once the
+        watchdog, looking at that thread after the wait began, found it inside
+        communication ("comm": the wait's own frame), and while nothing was recorded
+        since the wait began.  Otherwise another thread waits in it (a thread watching
+        for a key, say) while the rank goes on: the wait is passed over.
         """
         store_calls = self.store_calls
         state = self.last_state
+        held = None
         for call_id in reversed(self.open_calls):
             call = store_calls.get(call_id)
             if call is None:
                 return call_id
             at = call[2]
             if (
-                at >= self.activity_at
+                held is None
+                and at >= self.activity_at
                 and state is not None
                 and self.state_at > at
                 and state.where == "comm"
             ):
-                return call_id
-        return None
+                held = call_id
+        return held
 
     def timeline(self, truncated: bool, check: Callable[[], None]) -> Timeline:
         """The rank's timeline; ``check`` guards the ops, which are built on first use,

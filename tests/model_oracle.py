@@ -141,6 +141,9 @@ class OracleGraph:
     def group_creators(self, gid: str, ranks: tuple[int, ...] | None) -> frozenset[int]:
         return self.creators.get((gid, ranks), frozenset())
 
+    def store_key_may_exist(self, key: str) -> bool:
+        return any(key in timeline.store_keys for timeline in self.timelines.values())
+
 
 def oracle_graph(timelines: Mapping[int, Timeline], world_size: int) -> OracleGraph:
     """Match whole timelines from scratch."""

@@ -19,6 +19,7 @@ from dl2.trace.format import parse_header
 from dl2.trace.format import parse_records
 from dl2.trace.format import read_trace_file
 from dl2.trace.format import trace_file_name
+from dl2.trace.schema import STORE_WAITS
 from dl2.trace.schema import encode
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
@@ -191,6 +192,37 @@ class RankBuilder:
             encode.state_line(self._time(), pending, where, self._stack(0, "", stack))
         )
         return self
+
+    def store(
+        self,
+        op: str,
+        line: int,
+        keys: Sequence[str],
+        store: str | None = "tcp:29500",
+        prefix: str = "default_pg/0//",
+        complete: bool = True,
+        timeout: float | None = None,
+        err: str | None = None,
+        where: str | None = "comm",
+    ) -> int:
+        """A c10d Store call (``op``: get, wait, set, add, ...); one that waits for its
+        keys (get, wait, multi_get) returns (``err``: it raised) unless ``complete`` is
+        False, which leaves the rank inside it, followed by the watchdog's ``state``
+        saying where the rank's thread is (``where``; None: no state yet).  Returns its
+        id."""
+        store_id = self._id()
+        block = op in STORE_WAITS
+        stack = self._stack(line, "main", None)
+        self.records.append(
+            encode.store_line(
+                store_id, self._time(), 1, op, store, prefix, keys, block, stack, timeout
+            )
+        )
+        if block and complete:
+            self.ret(store_id, err)
+        elif block and where is not None:
+            self.state([], where, [(self.file, line, "main")])
+        return store_id
 
     def end(self, how: str = "exit") -> RankBuilder:
         self.records.append(encode.end_line(self._time(), how))

@@ -78,8 +78,11 @@ class OpRef:
 
     Attributes:
         rank: global rank that issued it.
-        op: operation name ("send", "all_reduce", ...); ``api`` the user-level call.
+        op: operation name ("send", "all_reduce", ..., "store_get" / "store_wait" /
+            "store_multi_get" for a c10d store call); ``api`` the user-level call.
         group: process group name; ``seq`` its index on that group (see trace format).
+            For a store call, the store and the prefixes in front of its keys
+            ("tcp:29500|default_pg/"), ``detail`` its keys.
         peer: global peer rank of a P2P op (None for a wildcard recv), or the root.
         detail: short signature, e.g. "float32[1024] sum".
         file, line, function: the user's source location.
@@ -103,6 +106,13 @@ class OpRef:
         if self.line is None:
             return _short_path(self.file)
         return f"{_short_path(self.file)}:{self.line}"
+
+
+def store_call(op: str, keys: str) -> str:
+    """How a store op reads in a report: ``store.get('ready')``, ``store.wait(['a', 'b'])``
+    (``op`` is ``store_get``..., ``keys`` the op's detail, its keys quoted)."""
+    name = op.removeprefix("store_")
+    return f"store.{name}([{keys}])" if name in ("wait", "multi_get") else f"store.{name}({keys})"
 
 
 def _short_path(path: str) -> str:

@@ -487,6 +487,26 @@ def test_subgroup_members_and_non_members(everything: EverythingRun) -> None:
     assert not [r for r in member.records if r["k"] == "nonmember"]
 
 
+def test_store_calls_are_recorded_and_torchs_own_are_not(everything: EverythingRun) -> None:
+    seen = {}
+    for rank, trace in everything.traces.items():
+        stores = [r for r in trace.records if r["k"] == "store"]
+        # only the script's own calls: none of init_process_group's, new_group's, ...
+        expected = ["set", "get", "wait", "check"] if rank == 1 else ["get", "wait", "check"]
+        assert [r["op"] for r in stores] == expected
+        assert all(r["keys"] == ["ready"] for r in stores)
+        get = next(r for r in stores if r["op"] == "get")
+        assert get["block"] is True and get["stack"][0] == frame(
+            everything, "store_get", "store_calls"
+        )
+        assert "err" not in ret_of(trace, get["id"])
+        seen[rank] = {(r["store"], r["prefix"]) for r in stores}
+    # both ranks name the same store and prefix: the key is the same key
+    assert seen[0] == seen[1] and len(seen[0]) == 1
+    ((store, prefix),) = seen[0]
+    assert store.startswith("tcp:") and prefix.startswith("default_pg/")
+
+
 def test_ddp_collectives_are_seen_with_the_backward_line(everything: EverythingRun) -> None:
     for trace in everything.traces.values():
         grads = [r for r in ops(trace, op="all_reduce", api=None) if r["async"]]

@@ -228,6 +228,35 @@ def test_a_rank_stuck_in_a_call_its_peers_matched_still_reaches_the_hang_timeout
     assert job.stops == 1
 
 
+def test_a_store_get_in_a_wait_cycle_is_proven_online(tmp_path):
+    # GIVEN rank 0 in store.get('ready'), rank 1 in the all_reduce it sets 'ready' after
+    r0, r1 = ranks(2)
+    r0.store("get", 12, ["ready"], complete=False)
+    r1.call("all_reduce", 21, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices)
+    # WHEN the monitor polls: rank 0 counts as in communication
+    outcome = steps(monitor, 20)
+    # THEN it proves the deadlock from the store wait
+    assert outcome is not None and outcome.reason == "deadlock" and job.stops == 1
+    first = outcome.report.findings[0]
+    assert first.ranks == (0, 1) and first.ops[0].op == "store_get"
+
+
+def test_a_store_wait_nobody_can_explain_reaches_the_hang_timeout(tmp_path):
+    # GIVEN rank 0 in a get on a store dl2 cannot tell (no clause), rank 1 waiting on it
+    r0, r1 = ranks(2)
+    r0.store("get", 12, ["ready"], store=None, complete=False)
+    r1.call("all_reduce", 21, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices, hang_timeout=0.3)
+    # THEN no deadlock is claimed, but both ranks sit in calls: the hang timeout ends it
+    outcome = steps(monitor, 100)
+    assert outcome is not None and outcome.reason == "hang-timeout" and job.stops == 1
+
+
 # -- hang suspects --------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
+from dl2.trace.schema.decode import StoreRecord
 from dl2.trace.schema.decode import UnknownRecord
 from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.schema.decode import decode_header
@@ -43,6 +44,7 @@ RECORD_TYPES = (
     NonMemberRecord,
     StateRecord,
     EndRecord,
+    StoreRecord,
     UnknownRecord,
 )
 
@@ -262,6 +264,36 @@ def test_state_round_trip(pending, where):
 @pytest.mark.parametrize("how", ["exit", "destroy"])
 def test_end_round_trip(how):
     assert decode(encode.end_line(99, how)) == EndRecord(t=99, how=how)
+
+
+@pytest.mark.parametrize(
+    ("op", "store", "prefix", "keys", "block", "timeout"),
+    [
+        ("get", "tcp:29500", "default_pg/0//", ["ready"], True, None),
+        ("wait", "file:/tmp/x y", "", ["a", 'b"\\\n💥'], True, 2.5),
+        ("set", None, "", ["k"], False, None),
+        ("check", "tcp:1", "p/", [], False, None),
+    ],
+)
+def test_store_round_trip(op, store, prefix, keys, block, timeout):
+    line = encode.store_line(
+        3, 4, 5, op, store, prefix, keys, block, encode.stack_of(STACK), timeout
+    )
+    record = decode(line)
+    assert record == StoreRecord(
+        id=3,
+        t=4,
+        tid=5,
+        op=op,
+        store=store,
+        prefix=prefix,
+        keys=tuple(keys),
+        block=block,
+        timeout=timeout,
+        stack=FRAMES,
+    )
+    assert isinstance(record, StoreRecord)
+    assert record.namespace == (None if store is None else f"{store}|{prefix}")
 
 
 def test_every_record_kind_has_a_round_trip_test():

@@ -59,8 +59,50 @@ def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -
     return None
 
 
+_STORE_HINT = (
+    "A store.get/store.wait returns only once some rank sets its key, and every rank that "
+    "could set it waits itself (on the waiting rank, or on each other) or has ended: set "
+    "the key before entering communication the waiting rank has not reached, and make "
+    "sure no rank skips the code that sets it."
+)
+
+
+def _store_keys_text(op: Op) -> str:
+    return "a key" if len(op.keys or ()) == 1 else "keys"
+
+
+def _blocked_text(op: Op) -> str:
+    verb = "waits in" if op.kind == "store" else "is blocked in"
+    return f"rank {op.rank} {verb} {phrase(op)} ({where(op)})"
+
+
+def _store_finding(wfg: WaitForGraph, node: RankNode) -> Finding:
+    """A rank waiting for store keys that no rank left can set (off any wait cycle)."""
+    op = _stuck_op(node)
+    others = [t for t in node.targets if wfg.status(t).gone or t in wfg.deadlocked]
+    parts = [
+        f"rank {t} {wfg.status(t)}"
+        if wfg.status(t).gone
+        else _blocked_text(_stuck_op(wfg.nodes[t]))
+        for t in others
+    ]
+    reason = ": " + "; ".join(parts) if parts else " (it is the only rank)"
+    return Finding(
+        kind=FindingKind.DEADLOCK,
+        ranks=tuple(sorted({op.rank, *others})),
+        ops=(op_ref(op), *(op_ref(_stuck_op(wfg.nodes[t])) for t in others if t in wfg.waiting)),
+        message=(
+            f"Rank {op.rank} waits in {phrase(op)} ({where(op)}) for {_store_keys_text(op)} "
+            f"no other rank will set{reason}."
+        ),
+        hint=_STORE_HINT,
+    )
+
+
 def _hint(ops: list[Op], notes: list[str]) -> str:
     kinds = {o.op for o in ops}
+    if any(o.kind == "store" for o in ops):
+        return _STORE_HINT
     if any(n.startswith("tags differ") for n in notes):
         return "Use the same tag on both sides of each send/recv pair."
     if any(n.startswith("wrong peer") for n in notes):
@@ -123,6 +165,16 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
             if len(cycle) > 1
             else f"Rank {cycle[0]} waits on itself forever"
         )
+        stores = [o for o in ops if o.kind == "store"]
+        if stores:
+            # "Rank 0 waits in store.get('k') (x.py:3) for a key no other rank will set:
+            # rank 1 is blocked in all_reduce #0 on group 0 (x.py:5)"
+            first = stores[0]
+            head = (
+                f"Rank {first.rank} waits in {phrase(first)} ({where(first)}) for "
+                f"{_store_keys_text(first)} no other rank will set"
+            )
+            parts = [_blocked_text(o) for o in ops if o is not first]
         on_cycle = set(cycle)
         extra = [r for r in members if r not in on_cycle]
         tail = (
@@ -139,14 +191,19 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
                 message=message,
                 hint=_hint(ops, notes),
                 cycle=cycle,
-                group=ops[0].gid if len({o.gid for o in ops}) == 1 else None,
+                group=ops[0].gid if len({o.gid for o in ops}) == 1 and not stores else None,
             )
         )
     for rank in members:
+        node = wfg.nodes[rank]
+        if any(c.reason == "store" for c in node.clauses):
+            # Any other rank may set the keys: one that ended is not waited on alone.
+            if not cycle:
+                findings.append(_store_finding(wfg, node))
+            continue
         gone = wfg.waits_on_exited(rank)
         if not gone:
             continue
-        node = wfg.nodes[rank]
         op = next(c.op for c in node.clauses if set(c.targets) & set(gone))
         states = ", ".join(f"rank {g} {wfg.status(g)}" for g in gone)
         message = (
@@ -164,7 +221,9 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
                 group=op.gid,
             )
         )
-    if not cycle and not any(f.kind is FindingKind.ORPHANED_WAIT for f in findings):
+    if not cycle and not any(
+        f.kind in (FindingKind.ORPHANED_WAIT, FindingKind.DEADLOCK) for f in findings
+    ):
         ops = [_stuck_op(wfg.nodes[r]) for r in members]
         findings.append(
             Finding(

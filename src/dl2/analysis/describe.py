@@ -5,6 +5,7 @@ from __future__ import annotations
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
 from dl2.report import OpRef
+from dl2.report import store_call
 
 
 def op_ref(op: Op) -> OpRef:
@@ -33,7 +34,10 @@ def where(op: Op) -> str:
 
 
 def phrase(op: Op) -> str:
-    """A short description: ``send to rank 1``, ``all_reduce #3 on group 0``."""
+    """A short description: ``send to rank 1``, ``all_reduce #3 on group 0``,
+    ``store.get('ready')``."""
+    if op.kind == "store":
+        return store_call(op.op, op.signature)
     name = op.api if op.api and op.api not in ("isend", "irecv", "send", "recv") else op.op
     if op.op == "send":
         return f"{name} to rank {op.peer}" + (f" (tag {op.tag})" if op.tag else "")

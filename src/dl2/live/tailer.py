@@ -31,6 +31,7 @@ from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
+from dl2.trace.schema.decode import StoreRecord
 from dl2.trace.schema.decode import WaitRecord
 
 
@@ -45,7 +46,7 @@ class _File:
         outbox: consumed bytes not yet handed to :meth:`TraceTailer.drain`.
         last: the last record read.
         records_seen: every record read, watchdog reports included.
-        open_calls: op and wait ids entered and not yet returned.
+        open_calls: op, wait and blocking store call ids entered and not yet returned.
         stall: the last record is a watchdog ``state`` that finds the rank in
             communication (backward, comm) with pending works.
         partial_since: when a partial last line was first seen at ``offset``.
@@ -112,6 +113,10 @@ class _File:
         elif isinstance(record, RetRecord):
             self.stall = False
             self.open_calls.discard(record.id)
+        elif isinstance(record, StoreRecord):
+            self.stall = False
+            if record.block:  # store.get / wait: in communication until its ret
+                self.open_calls.add(record.id)
         elif isinstance(record, EndRecord):
             self.open_calls.clear()
             self.stall = False

@@ -250,6 +250,13 @@ class ExecutionGraph:
         """The ranks whose trace creates the group ``gid`` of these ``ranks``."""
         return frozenset(self._model.matcher.creators.get((gid, ranks), ()))
 
+    def store_key_may_exist(self, key: str) -> bool:
+        """Whether a store key (:func:`dl2.model.ops.store_key`) may have been set: some
+        rank set it, or some rank's trace starts at a checkpoint (whose earlier store
+        calls are unknown).  Keys are never taken as deleted."""
+        self.check()
+        return bool(self._model.matcher.store_keys.get(key)) or bool(self.resumed)
+
     @cached_property
     def _world_group(self) -> tuple[int, ...]:
         return tuple(range(self.world_size))

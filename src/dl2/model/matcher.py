@@ -7,7 +7,8 @@ The :class:`Matcher` receives every op of every rank (from the rank models of
   goes to slot i of the group (positions are counted per rank and per group, so they
   are the recorded ``seq`` of a rank's collectives);
 * **P2P channels and mailboxes** (:mod:`dl2.model.channels`);
-* the groups the traces create, and which ranks created each.
+* the groups the traces create, and which ranks created each;
+* the c10d store keys the ranks set, and which ranks set each.
 
 **Folding.** A slot that every member issued, that matches (no mismatch) and whose ops
 all completed, and a send and receive that meet, agree and both completed, can never
@@ -64,6 +65,7 @@ class Matcher:
     Attributes:
         slots: group -> position -> the collective slot kept there.
         creators: (group, ranks as recorded) -> the ranks that created it.
+        store_keys: store key (:func:`dl2.model.ops.store_key`) -> the ranks that set it.
         world_size: ranks of the job (set by the model).
         retained: ops kept.
         folded: ops folded away.
@@ -77,6 +79,7 @@ class Matcher:
         self.folded = 0
         self.slots: dict[str, dict[int, _Slot]] = {}
         self.creators: dict[tuple[str, tuple[int, ...] | None], set[int]] = {}
+        self.store_keys: dict[str, set[int]] = {}
         self._created: dict[str, dict[int, tuple[int, ...]]] = {}  # gid -> rank -> members
         self._issued: dict[str, dict[int, int]] = {}  # gid -> rank -> next position
         self._bases: dict[str, dict[int, int]] = {}  # gid -> resumed rank -> its first position
@@ -257,6 +260,12 @@ class Matcher:
         self.folded += 1
         self._drop(st)
 
+    # -- store keys --------------------------------------------------------------------
+
+    def store_set(self, rank: int, key: str) -> None:
+        """Rank ``rank`` set the store key ``key`` (a ``store`` record of a set)."""
+        self.store_keys.setdefault(key, set()).add(rank)
+
     # -- ranks leaving and resuming ----------------------------------------------------
 
     def remove_rank(self, rank: int, ops: Iterable[OpState]) -> None:
@@ -276,6 +285,8 @@ class Matcher:
                 by_rank.pop(rank, None)  # type: ignore[attr-defined]
         for creators in self.creators.values():
             creators.discard(rank)
+        for setters in self.store_keys.values():
+            setters.discard(rank)
         self.channels.remove_rank(rank)
         self._forget_members()
 

@@ -12,6 +12,7 @@ from dl2.trace.schema.decode import Frame as Frame  # re-exported: the model's f
 from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.schema.decode import NonMemberRecord
 from dl2.trace.schema.decode import StateRecord
+from dl2.trace.schema.decode import StoreRecord
 from dl2.trace.schema.decode import report_frame
 
 #: Collectives whose per-rank input element count must agree across members.
@@ -31,6 +32,9 @@ P2P_OPS = frozenset({"send", "recv"})
 GROUP_OPS = frozenset({"create_group"})
 #: Ops that carry no tensor, so dtype and count are not compared.
 NO_DATA_OPS = frozenset({"barrier", "monitored_barrier"})
+#: The prefix of the op of a c10d Store call that waits for keys (``store_get``,
+#: ``store_wait``, ``store_multi_get``): see :func:`store_op`.
+STORE_PREFIX = "store_"
 
 
 @dataclass(frozen=True)
@@ -74,14 +78,19 @@ class Op:
     #: a P2P op of a batch under fused-batch emulation: issued only when its whole
     #: batch can launch (until its ``ret``, its rank sits in the batch call)
     deferred: bool = False
+    #: a store op: the keys it waits for, as the caller named them (the op's ``gid``
+    #: is the store's namespace, see :func:`store_key`)
+    keys: tuple[str, ...] | None = None
 
     @property
     def kind(self) -> str:
-        """ "p2p", "group" or "collective"."""
+        """ "p2p", "group", "store" or "collective"."""
         if self.op in P2P_OPS:
             return "p2p"
         if self.op in GROUP_OPS:
             return "group"
+        if self.op.startswith(STORE_PREFIX):
+            return "store"
         return "collective"
 
     @property
@@ -91,7 +100,9 @@ class Op:
 
     @property
     def signature(self) -> str:
-        """Short human signature: ``float32[1024] sum root=0``."""
+        """Short human signature: ``float32[1024] sum root=0``; a store op's keys."""
+        if self.keys is not None:
+            return ", ".join(repr(k) for k in self.keys)
         parts: list[str] = []
         if self.dtype is not None:
             parts.append(f"{self.dtype}[{self.count if self.count is not None else '?'}]")
@@ -133,6 +144,7 @@ class Timeline:
         rank: the rank.
         blocked: what it is stuck in at the end of its trace, if anything.
         ended: "exit" or "destroy" from an end record.
+        store_keys: the store keys the rank set (:func:`store_key`).
         newgroups, nonmember_calls: its new_group and non-member call records.
         last_state: its watchdog's latest ``state`` record.
         record_count: records read of its trace.
@@ -144,6 +156,7 @@ class Timeline:
     blocked: Blocked | None
     ended: str | None
     newgroups: tuple[NewGroupRecord, ...] = ()
+    store_keys: frozenset[str] = frozenset()
     nonmember_calls: tuple[NonMemberRecord, ...] = ()
     last_state: StateRecord | None = None
     record_count: int = 0
@@ -174,8 +187,32 @@ class Timeline:
             self.blocked,
             self.ended,
             self.newgroups,
+            self.store_keys,
             self.nonmember_calls,
             self.last_state,
             self.record_count,
             self.truncated,
         )
+
+
+def store_op(rank: int, rec: StoreRecord, index: int) -> Op:
+    """The op of a c10d Store call that waits for its keys (a ``store`` record with
+    ``block``): ``store_get`` and so on, on the "group" that is the store's namespace
+    ("?" when the store cannot be told), ``index`` the number of the rank's ops before."""
+    return Op(
+        rank=rank,
+        id=rec.id,
+        op=STORE_PREFIX + rec.op,
+        gid=rec.namespace or "?",
+        index=index,
+        api=rec.op,
+        timeout=rec.timeout,
+        stack=rec.stack,
+        keys=rec.keys,
+    )
+
+
+def store_key(namespace: str, key: str) -> str:
+    """A key as every rank names it: its store's namespace (the store and the prefixes in
+    front of the key, :attr:`~dl2.trace.schema.decode.StoreRecord.namespace`) and the key."""
+    return namespace + key

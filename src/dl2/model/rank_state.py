@@ -27,7 +27,10 @@ from dl2.model.checkpoint import ModelRecord
 from dl2.model.ops import Blocked
 from dl2.model.ops import Op
 from dl2.model.ops import Timeline
+from dl2.model.ops import store_key
+from dl2.model.ops import store_op
 from dl2.model.stuck import stall_kind
+from dl2.trace.schema import STORE_SETS
 from dl2.trace.schema.decode import DoneRecord
 from dl2.trace.schema.decode import EndRecord
 from dl2.trace.schema.decode import NewGroupRecord
@@ -35,6 +38,7 @@ from dl2.trace.schema.decode import NonMemberRecord
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
+from dl2.trace.schema.decode import StoreRecord
 from dl2.trace.schema.decode import WaitRecord
 
 #: blocking ops that complete when their call returns (no work to wait on)
@@ -112,6 +116,7 @@ class OpState(msgspec.Struct, gc=False):
                 waited_at=self.waited_at,
                 eager=rec.eager,
                 deferred=rec.deferred,
+                keys=None,
             )
         return op
 
@@ -133,6 +138,8 @@ class Sink(Protocol):
     def remove_rank(self, rank: int, ops: Iterable[OpState]) -> None: ...
 
     def resume(self, rank: int, ck: CheckpointRecord, open_ops: list[OpState]) -> None: ...
+
+    def store_set(self, rank: int, key: str) -> None: ...
 
 
 class RankModel:
@@ -160,6 +167,11 @@ class RankModel:
         self.newgroups: list[NewGroupRecord] = []
         self.nonmember: list[NonMemberRecord] = []
         self.ended: str | None = None
+        # store calls that wait for keys, entered and not returned: id -> (record, the
+        # number of the rank's ops before it, its record position); and the store keys
+        # the rank set
+        self.store_calls: dict[int, tuple[StoreRecord, int, int]] = {}
+        self.store_keys: set[str] = set()
         self.last_state: StateRecord | None = None
         self.state_at = -1  # record position of last_state
         self.activity_at = -1  # record position of the last op, wait or ret
@@ -200,7 +212,7 @@ class RankModel:
                 target = ops.get(rid if work is None else work)
                 active = at
                 if target is None:
-                    pass
+                    self.store_calls.pop(rid, None)
                 elif work is None:
                     self._returned(target, rec.err)
                 elif rec.err:
@@ -236,6 +248,15 @@ class RankModel:
                     assert isinstance(rec, StateRecord)
                 self.last_state = rec
                 self.state_at = at
+            elif kind is StoreRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, StoreRecord)
+                active = at
+                if rec.block:
+                    self.store_calls[rec.id] = (rec, n_ops, at)
+                    calls[rec.id] = None
+                else:
+                    self._store_set(rec)
             elif kind is NewGroupRecord:
                 if TYPE_CHECKING:
                     assert isinstance(rec, NewGroupRecord)
@@ -259,6 +280,17 @@ class RankModel:
         self.n_records = at
         self.n_ops = n_ops
         self.activity_at = active
+
+    def _store_set(self, rec: StoreRecord) -> None:
+        """A store call that sets keys (set, add, ...): they exist from now on."""
+        namespace = rec.namespace
+        if namespace is None or rec.op not in STORE_SETS:
+            return
+        for key in rec.keys:
+            name = store_key(namespace, key)
+            if name not in self.store_keys:
+                self.store_keys.add(name)
+                self.sink.store_set(self.rank, name)
 
     def _returned(self, st: OpState, err: str | None) -> None:
         """An op's call returned: it is issued (complete, for some ops)."""
@@ -340,8 +372,11 @@ class RankModel:
         if self.ended is not None:
             return None
         ops = self.ops
-        if self.open_calls:
-            last = next(reversed(self.open_calls))
+        last = self._innermost_call() if self.open_calls else None
+        if last is not None:
+            call = self.store_calls.get(last)
+            if call is not None:
+                return Blocked((store_op(self.rank, call[0], call[1]),), "call")
             if last in self.waits:
                 target = ops.get(self.waits[last])
                 return Blocked((target.op(),), "wait") if target is not None else None
@@ -371,6 +406,34 @@ class RankModel:
         )
         return Blocked(pending, how) if pending else None
 
+    def _innermost_call(self) -> int | None:
+        """The innermost open call that holds the rank.
+
+        An open op or wait comes first: the thread that issues the rank's communication
+        is in it.  A store wait holds the rank only when no op or wait is open, once the
+        watchdog, looking at that thread after the wait began, found it inside
+        communication ("comm": the wait's own frame), and while nothing was recorded
+        since the wait began.  Otherwise another thread waits in it (a thread watching
+        for a key, say) while the rank goes on: the wait is passed over.
+        """
+        store_calls = self.store_calls
+        state = self.last_state
+        held = None
+        for call_id in reversed(self.open_calls):
+            call = store_calls.get(call_id)
+            if call is None:
+                return call_id
+            at = call[2]
+            if (
+                held is None
+                and at >= self.activity_at
+                and state is not None
+                and self.state_at > at
+                and state.where == "comm"
+            ):
+                held = call_id
+        return held
+
     def timeline(self, truncated: bool, check: Callable[[], None]) -> Timeline:
         """The rank's timeline; ``check`` guards the ops, which are built on first use,
         against a model that moved on since."""
@@ -386,6 +449,7 @@ class RankModel:
             blocked=self.blocked(),
             ended=self.ended,
             newgroups=tuple(self.newgroups),
+            store_keys=frozenset(self.store_keys),
             nonmember_calls=tuple(self.nonmember),
             last_state=self.last_state,
             record_count=self.n_records,

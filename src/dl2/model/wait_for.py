@@ -3,7 +3,9 @@
 A blocked rank waits on the ranks that have not posted the matching part of the op it
 is stuck in: the missing (or mismatched) members of a collective and the peer of a
 send or receive (AND), any possible sender of a wildcard receive (OR), the members of a
-group being created that have not created it (AND).  The deadlock set is what graph
+group being created that have not created it (AND), and, for a c10d store call that
+waits for keys no rank has set (``store.get``, ``store.wait``), any other rank of the
+job, since any of them may set them (OR).  The deadlock set is what graph
 reduction (:func:`dl2.model.stuck.deadlock_set`, where the AND/OR rule is stated) leaves
 of the blocked ranks, starting from the ranks that can progress.  A rank that will leave
 its wait by itself (a monitored_barrier with a short timeout, a loop polling
@@ -25,6 +27,7 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Blocked
 from dl2.model.ops import Op
+from dl2.model.ops import store_key
 from dl2.model.program import world_ranks
 from dl2.model.stuck import RankStatus
 from dl2.model.stuck import deadlock_set
@@ -42,7 +45,8 @@ class Clause:
         op: the op that cannot complete yet.
         targets: ranks that must act (post their part) for it to complete.
         any_of: True if any one target suffices (wildcard receive), else all must.
-        reason: "unmatched" (P2P), "missing" or "mismatch" (collective), "group".
+        reason: "unmatched" (P2P), "missing" or "mismatch" (collective), "group",
+            "store" (keys no rank has set).
     """
 
     op: Op
@@ -110,6 +114,8 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
             others = tuple(r for r in graph.group_members(op.gid) if r != rank)
             return Clause(op, others, any_of=True, reason="unmatched")
         return Clause(op, (op.peer,) if op.peer is not None else (), False, "unmatched")
+    if op.kind == "store":
+        return _store_clause(graph, op)
     if op.kind == "group":
         members = op.ranks or ()
         created = graph.group_creators(op.gid, op.ranks)
@@ -125,18 +131,31 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
     return Clause(op, missing, False, "missing") if missing else None
 
 
+def _store_clause(graph: ExecutionGraph, op: Op) -> Clause | None:
+    """A store call waiting for keys: met once every key is set.  While one is not, any
+    other rank of the job may still set it (OR).  A key some rank set (or may have set,
+    before a checkpoint) is taken to be there; a store dl2 cannot tell has no clause:
+    who sets its keys is unknown."""
+    if op.gid == "?" or not op.keys:
+        return None
+    if all(graph.store_key_may_exist(store_key(op.gid, key)) for key in op.keys):
+        return None
+    others = tuple(r for r in world_ranks(graph.world_size, graph.traced[-1:]) if r != op.rank)
+    return Clause(op, others, any_of=True, reason="store")
+
+
 #: gloo's default timeout; a monitored_barrier given a shorter one was meant to fail fast
 DEFAULT_TIMEOUT_S = 1800.0
 
 
 def _bounded(node: RankNode) -> bool:
-    """Blocked in a monitored_barrier with a timeout shorter than the default: it will
-    raise, naming the missing ranks, instead of waiting forever."""
+    """Blocked in a monitored_barrier, or a store wait(keys, timeout), with a timeout
+    shorter than the default: it will raise instead of waiting forever."""
     blocked = node.blocked
     return (
         blocked is not None
         and len(blocked.ops) == 1
-        and blocked.ops[0].op == "monitored_barrier"
+        and blocked.ops[0].op in ("monitored_barrier", "store_wait")
         and blocked.ops[0].timeout is not None
         and blocked.ops[0].timeout < DEFAULT_TIMEOUT_S
     )

@@ -11,8 +11,9 @@ still works).
 
 It also records ``newgroup`` for every caller of a group creation, ``nonmember`` when a
 rank calls a collective on a group it is not in, and ``end`` at
-``destroy_process_group`` and at exit; and it wraps ``batch_isend_irecv`` so that the
-ops of one batch share a ``batch`` id.
+``destroy_process_group`` and at exit; it wraps ``batch_isend_irecv`` so that the
+ops of one batch share a ``batch`` id, and the c10d Store methods
+(:mod:`dl2.record.store`) so that user and library store calls are recorded.
 
 Every patch is wrapped so that a failure in dl2 leaves the job's behaviour unchanged.
 """
@@ -284,6 +285,12 @@ def _patch(state: _Installed, dist: Any) -> None:
     state.patch(c10d, "batch_isend_irecv", batch_isend_irecv)
     if getattr(dist, "batch_isend_irecv", None) is original_batch:
         state.patch(dist, "batch_isend_irecv", batch_isend_irecv)
+    try:
+        from dl2.record.store import patch_stores
+
+        patch_stores(state.patch, rec)
+    except Exception as err:  # the store calls go unrecorded; the rest still records
+        notice(f"store calls not recorded: {err!r}")
 
 
 def _prepare_group(

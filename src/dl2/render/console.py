@@ -28,6 +28,7 @@ from dl2.report import OpRef
 from dl2.report import RankState
 from dl2.report import Report
 from dl2.report import Verdict
+from dl2.report import store_call
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -102,6 +103,8 @@ def op_label(op: OpRef) -> str:
     P2P operations point at their peer (``any`` for a wildcard receive); collectives
     name their group, their index on it, and their root if they have one.
     """
+    if op.op.startswith("store_"):
+        return store_call(op.op, op.detail)
     if op.op in _SENDS:
         return f"{op.op}→{_peer(op.peer)}"
     if op.op in _RECVS:
@@ -229,7 +232,9 @@ def _waits_text(state: RankState) -> str:
 
 def _call_text(op: OpRef) -> str:
     label = op_label(op)
-    return label if op.api in (None, op.op) else f"{label} via {op.api}"
+    if op.api in (None, op.op) or op.op.startswith("store_"):
+        return label
+    return f"{label} via {op.api}"
 
 
 def _where_text(op: OpRef) -> str:

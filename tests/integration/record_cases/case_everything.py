@@ -1,4 +1,5 @@
-"""Every collective, P2P form and object collective, then a DDP step, on 2 ranks.
+"""Every collective, P2P form and object collective, store calls, then a DDP step, on 2
+ranks.
 
 Launched with torchrun-style environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)
 and no dl2 code: the bootstrap on PYTHONPATH records it.  Writes each rank's results to
@@ -139,6 +140,15 @@ def subgroup(rank: int, out: dict) -> None:
     out["subgroup_all_reduce"] = one.tolist()
 
 
+def store_calls(rank: int, out: dict) -> None:
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 1:
+        store.set("ready", "yes")  # mark: store_set
+    out["store_get"] = store.get("ready").decode()  # mark: store_get
+    store.wait(["ready"])
+    out["store_check"] = store.check(["ready"])
+
+
 def ddp_step(rank: int, out: dict) -> None:
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
@@ -161,6 +171,7 @@ def main() -> None:
     objects(rank, world, out)
     point_to_point(rank, world, out)
     subgroup(rank, out)
+    store_calls(rank, out)
     ddp_step(rank, out)
     dist.destroy_process_group()
     with open(os.path.join(os.environ["CASE_OUT"], f"rank{rank}.json"), "w") as f:

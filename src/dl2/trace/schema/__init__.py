@@ -86,6 +86,31 @@ Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
              ``where`` "poll": the rank keeps polling ``is_completed()`` on the works
              in ``pending`` (only those), ``stack`` is where it first polled them.
 ``end``      the rank is shutting down cleanly: ``t``, ``how`` ("exit" | "destroy").
+``store``    a call of a c10d Store method (``torch.distributed.Store`` and its subclasses
+             TCPStore, FileStore, HashStore, PrefixStore) made by user code or a library,
+             written *before* the call; the store traffic of torch.distributed itself
+             (init_process_group, new_group, barrier: any call made inside one of its
+             API functions) and of dl2 is not recorded::
+
+               id, t, tid,
+               op      get | wait | multi_get (wait until every key is set: ``block``
+                       true, a ``ret`` with this ``id`` follows when the call returns,
+                       with ``err`` if it raised, e.g. on the store's timeout) |
+                       set | add | compare_set | multi_set | append (set their keys) |
+                       delete_key | check
+               store   the store behind the PrefixStores: "tcp:<port>" (TCPStore),
+                       "file:<path>" (FileStore), or null when it cannot be told (a
+                       HashStore, a store written in Python, a PrefixStore whose prefix
+                       dl2 did not see when it was created)
+               prefix  the PrefixStore prefixes in front of the keys, outermost last,
+                       each followed by "/" ("default_pg/"); "" for none.  The key
+                       the store holds is ``prefix + key``: two records name the same
+                       key when their ``store`` and ``prefix + key`` agree
+               keys    the keys as the caller passed them, in order
+               block   true for get, wait and multi_get
+               timeout wait(keys, timeout): that timeout in seconds (absent when the
+                       store's own timeout applies)
+               stack   as for ``op``
 
 Every stack is a list of ``[file, line, function]`` frames, innermost first; the line a
 report names is :func:`dl2.trace.schema.decode.report_frame`'s.
@@ -98,8 +123,16 @@ MAGIC = "dl2-trace"
 # History of FORMAT_VERSION:
 #   1: first version (header + op/ret/wait/done/newgroup/nonmember/state/end records).
 #      Later additions, optional and ignored by older readers: header "emulate", op
-#      "eager" and "deferred", per-tensor "splits" of all_reduce_coalesced.
+#      "eager" and "deferred", per-tensor "splits" of all_reduce_coalesced, the
+#      "store" record (older readers keep it as a record of an unknown kind).
 FORMAT_VERSION = 1
 
 #: The kinds of record after the header, as the ``"k"`` key names them.
-RECORD_KINDS = frozenset({"op", "ret", "wait", "done", "newgroup", "nonmember", "state", "end"})
+RECORD_KINDS = frozenset(
+    {"op", "ret", "wait", "done", "newgroup", "nonmember", "state", "end", "store"}
+)
+
+#: ``store`` ops that wait until their keys are set (``block`` true)
+STORE_WAITS = frozenset({"get", "wait", "multi_get"})
+#: ``store`` ops that set their keys
+STORE_SETS = frozenset({"set", "add", "compare_set", "multi_set", "append"})

@@ -214,6 +214,27 @@ class EndRecord(_Record, tag="end", frozen=True):
     how: str = "exit"
 
 
+class StoreRecord(_Record, tag="store", frozen=True):
+    """A c10d Store call by user code or a library (``block``: it waits for its keys)."""
+
+    id: int
+    t: int = 0
+    tid: int = 0
+    op: str = "?"
+    store: str | None = None
+    prefix: str = ""
+    keys: tuple[str, ...] = ()
+    block: bool = False
+    timeout: float | None = None
+    stack: tuple[Frame, ...] = ()
+
+    @property
+    def namespace(self) -> str | None:
+        """What a key is prefixed with to name it across ranks (the store and the
+        prefixes in front of the keys), or None when the store cannot be told."""
+        return None if self.store is None else f"{self.store}|{self.prefix}"
+
+
 class UnknownRecord(msgspec.Struct, frozen=True, gc=False):
     """A record of a kind this dl2 does not know (written by a newer one): kept, unread."""
 
@@ -229,6 +250,7 @@ KnownRecord = (
     | NonMemberRecord
     | StateRecord
     | EndRecord
+    | StoreRecord
 )
 Record = KnownRecord | UnknownRecord
 

@@ -299,3 +299,27 @@ def state_line(t: int, pending: Sequence[int], where: str, stack: str) -> str:
 def end_line(t: int, how: str) -> str:
     """An ``end`` record: "exit" or "destroy"."""
     return f'{{"k":"end","t":{t},"how":"{how}"}}\n'
+
+
+def store_line(
+    sid: int,
+    t: int,
+    tid: int,
+    op: str,
+    store: str | None,
+    prefix: str,
+    keys: Sequence[str],
+    block: bool,
+    stack: str,
+    timeout: float | None = None,
+) -> str:
+    """A ``store`` record: a c10d Store call ``op`` on ``keys`` (``block``: it waits for
+    them, and a ``ret`` follows); ``store`` None: the store cannot be told."""
+    store_json = "null" if store is None else json.dumps(store)
+    keys_json = json.dumps([str(k) for k in keys], separators=(",", ":"))
+    after = timeout_field(timeout) if timeout is not None else ""
+    return (
+        f'{{"k":"store","id":{sid},"t":{t},"tid":{tid},"op":"{op}","store":{store_json},'
+        f'"prefix":{json.dumps(prefix)},"keys":{keys_json},"block":{_BOOL[block]}{after},'
+        f'"stack":{stack}}}\n'
+    )

@@ -17,6 +17,7 @@ from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.describe import history_gap
 from dl2.analysis.describe import op_ref
+from dl2.analysis.hazards import order_inversion_findings
 from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
 from dl2.analysis.matching import nonmember_findings
@@ -51,10 +52,14 @@ class Context:
     suspect_after: float
     #: warnings analyses add for the report (a search cut short, a step skipped)
     notes: list[str] = field(default_factory=list)
+    #: look for hazards the run did not hit (predictions, cross-group orders)
+    hazards: bool = True
 
 
 def _prediction(context: Context) -> list[Finding]:
     """Potential deadlocks under other backend configurations, if none happened."""
+    if not context.hazards:
+        return []
     findings, notes = potential_deadlock_findings(context.session, context.graph, context.wait_for)
     context.notes.extend(notes)
     return findings
@@ -81,6 +86,10 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "busy-poll": lambda c: busy_poll_findings(c.graph, c.wait_for),
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
     "prediction": _prediction,
+    # collectives of different groups issued in orders NCCL cannot complete
+    "order-inversion": lambda c: (
+        order_inversion_findings(c.graph, c.wait_for) if c.hazards else []
+    ),
     # fusion passes the run itself shows to depend on each rank's ready order
     "fusion": _fusion,
 }
@@ -161,6 +170,7 @@ def analyze(
     job: Mapping[str, object] | None = None,
     graph: ExecutionGraph | None = None,
     wait_for: WaitForGraph | None = None,
+    hazards: bool = True,
 ) -> Report:
     """Analyse a session: match ops, find deadlocks and defects, decide the verdict.
 
@@ -171,13 +181,15 @@ def analyze(
         job: facts about the run to carry into the report (command, exit status).
         graph, wait_for: the session's graphs when the caller built them already (the
             live monitor does, to find the deadlock set); built here otherwise.
+        hazards: also report what would deadlock under another backend configuration
+            (the prediction, cross-group order inversions); False: only what happened.
     """
     if graph is None:
         graph = build_execution_graph(session)
     wfg = wait_for if wait_for is not None else build_wait_for_graph(session, graph)
     statuses = [wfg.status(r) for r in range(session.world_size)]
     job_ended = bool(statuses) and all(s.gone for s in statuses)
-    context = Context(session, graph, wfg, job_ended, quiet or {}, suspect_after)
+    context = Context(session, graph, wfg, job_ended, quiet or {}, suspect_after, hazards=hazards)
     findings: list[Finding] = []
     for analysis in ANALYSES.values():
         findings.extend(analysis(context))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dl2.analysis import analyze
+from dl2.cli.options import add_hazards
 from dl2.cli.options import add_json
 from dl2.cli.options import add_run_dir
 from dl2.cli.output import emit
@@ -18,6 +19,7 @@ class AnalyzeCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_run_dir(parser)
         add_json(parser)
+        add_hazards(parser)
         parser.add_argument(
             "-r",
             "--renderer",
@@ -32,6 +34,6 @@ class AnalyzeCommand:
     def run(self, args: argparse.Namespace) -> int:
         # the traces are read through the incremental model, a chunk of each at a time
         session, graph = stream_run(args.run_dir)
-        report = analyze(session, graph=graph)
+        report = analyze(session, graph=graph, hazards=args.hazards)
         emit(report, args.json, args.renderer, args.output)
         return report.exit_code

@@ -87,9 +87,7 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
     "prediction": _prediction,
     # collectives of different groups issued in orders NCCL cannot complete
-    "order-inversion": lambda c: (
-        order_inversion_findings(c.graph, c.wait_for) if c.hazards else []
-    ),
+    "order-inversion": lambda c: order_inversion_findings(c.graph, c.wait_for) if c.hazards else [],
     # fusion passes the run itself shows to depend on each rank's ready order
     "fusion": _fusion,
 }

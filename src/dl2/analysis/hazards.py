@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections import deque
+from itertools import pairwise
 
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import where
@@ -77,7 +78,7 @@ def order_inversion_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[F
     edges: dict[Slot, dict[Slot, Edge]] = defaultdict(dict)
     for rank, chain in chains.items():
         kept = [(s, op) for s, op in chain if issued[s] >= size[s[0]]]
-        for (a, op_a), (b, op_b) in zip(kept, kept[1:], strict=False):
+        for (a, op_a), (b, op_b) in pairwise(kept):
             if b not in edges[a]:
                 edges[a][b] = (rank, op_a, op_b)
     remaining = _cyclic_part(edges)
@@ -98,9 +99,7 @@ def order_inversion_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[F
     return findings
 
 
-def _cyclic_part(
-    edges: dict[Slot, dict[Slot, Edge]], among: set[Slot] | None = None
-) -> set[Slot]:
+def _cyclic_part(edges: dict[Slot, dict[Slot, Edge]], among: set[Slot] | None = None) -> set[Slot]:
     """The slots left after repeatedly removing those with no incoming edge (Kahn):
     empty exactly when the graph (restricted to ``among``) has no cycle."""
     nodes = set(edges) | {b for out in edges.values() for b in out}

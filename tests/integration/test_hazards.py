@@ -1,7 +1,8 @@
 """End-to-end: hazards the run did not hit (``dl2 run`` on the hazard cases of
 ``benchmarks/cases``): collectives of different groups issued in different orders and
 receive batches posted before send batches (deadlock on NCCL), an exchange that
-completed only because ``--buffer-size`` buffered its sends; and their correct twins.
+completed only because ``--buffer-size`` buffered its sends, isend/irecv works never
+waited on; and their correct twins.
 
 Each case states its verdict in its header (``defect``: exit 4; ``ok``: exit 0, no
 finding), the ranks its finding names and its culprit lines; a header field
@@ -28,6 +29,10 @@ HAZARD_CASES = [
     "batch_order__ok_mixed_grouping",
     "buffered_exchange__just_under",
     "buffered_exchange__ok_even_odd",
+    "unwaited_work__isend_dropped_in_loop",
+    "unwaited_work__ok_waited_later",
+    "unwaited_work__irecv_outstanding_at_exit",
+    "unwaited_work__ok_irecv_waited",
 ]
 EXIT_CODES = {"ok": 0, "deadlock": 3, "defect": 4}
 RUN_TIMEOUT_S = 90
@@ -83,7 +88,8 @@ def test_hazard_case(case: str, dl2_bin: Path, tmp_path: Path) -> None:
         assert report["findings"] == [], out
         return
     kinds = {f["kind"] for f in report["findings"]}
-    assert kinds == {"potential-deadlock"}, out
+    expected = "unwaited-work" if case.startswith("unwaited_work") else "potential-deadlock"
+    assert kinds == {expected}, out
     named = {r for f in report["findings"] for r in f["ranks"]}
     assert named >= {int(r) for r in fields["ranks"].split(",")}, out
     lines = {
@@ -94,7 +100,9 @@ def test_hazard_case(case: str, dl2_bin: Path, tmp_path: Path) -> None:
     }
     assert culprits <= lines, out
     message = report["findings"][0]["message"]
-    if case.startswith("buffered_exchange"):
+    if case.startswith("unwaited_work"):
+        assert "was never waited on" in message
+    elif case.startswith("buffered_exchange"):
         assert "when sends of 65,532 bytes or more are not buffered" in message
     elif case.startswith("order_inversion"):
         assert message.startswith("Deadlocks on NCCL")

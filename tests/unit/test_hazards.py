@@ -171,3 +171,51 @@ def test_a_batch_holding_both_directions_meets_a_peer_that_splits_them():
     for semantics in (NCCL, NCCL.with_buffer(0)):
         assert not predict(graph, semantics).deadlock_possible
     assert analyze(session(builders)).verdict is Verdict.OK
+
+
+# -- async works never waited on -------------------------------------------------------------
+
+
+def _unwaited(builders: list[RankBuilder]):
+    return [f for f in analyze(session(builders)).findings if f.kind is FindingKind.UNWAITED_WORK]
+
+
+def test_an_isend_dropped_in_a_loop_is_one_finding_naming_its_line():
+    r0, r1 = ranks(2)
+    for _ in range(3):
+        r0.isend(12, peer=1)
+        r1.call("recv", 20, peer=0)
+    report = analyze(session(_ended([r0, r1])))
+    assert report.verdict is Verdict.DEFECT
+    (finding,) = report.findings
+    assert finding.kind is FindingKind.UNWAITED_WORK
+    assert finding.ranks == (0, 1)
+    assert (finding.ops[0].rank, finding.ops[0].line) == (0, 12)
+    assert "isend to rank 1" in finding.message and "(3 works)" in finding.message
+
+
+def test_an_irecv_outstanding_at_exit_is_reported():
+    r0, r1 = ranks(2)
+    r1.irecv(15, peer=0)
+    r0.call("send", 25, peer=1)
+    (finding,) = _unwaited(_ended([r0, r1]))
+    assert (finding.ops[0].rank, finding.ops[0].line) == (1, 15)
+
+
+def test_works_waited_seen_complete_or_of_a_waited_batch_are_not_reported():
+    r0, r1 = ranks(2)
+    sends = [r0.isend(10 + i, peer=1) for i in range(3)]
+    for op_id in reversed(sends):  # waited in any order
+        r0.wait(op_id)
+    recvs = r1.batch([("recv", 0, 20)] * 3)
+    r1.wait(recvs[-1])  # one wait on the batch covers its works
+    # a collective with async_op=True never waited (DDP waits in C++): not a P2P work
+    for r in (r0, r1):
+        r.issue("all_reduce", 30, **ASYNC)
+    assert _unwaited(_ended([r0, r1])) == []
+
+
+def test_ranks_still_running_are_not_judged():
+    r0, r1 = ranks(2)
+    r0.isend(12, peer=1)
+    assert _unwaited([r0, r1]) == []

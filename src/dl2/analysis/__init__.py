@@ -25,6 +25,7 @@ from dl2.analysis.matching import p2p_findings
 from dl2.analysis.matching import p2p_mismatch_findings
 from dl2.analysis.prediction.findings import potential_deadlock_findings
 from dl2.analysis.prediction.fusion import fusion_findings
+from dl2.analysis.unwaited import unwaited_work_findings
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.stuck import RankStatus
@@ -84,6 +85,7 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "p2p": lambda c: p2p_findings(c.graph, c.job_ended),
     "p2p-mismatch": lambda c: p2p_mismatch_findings(c.graph),
     "busy-poll": lambda c: busy_poll_findings(c.graph, c.wait_for),
+    "unwaited-work": lambda c: unwaited_work_findings(c.graph, c.wait_for),
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
     "prediction": _prediction,
     # collectives of different groups issued in orders NCCL cannot complete
@@ -99,6 +101,7 @@ _DEFECT_KINDS = {
     FindingKind.GROUP_MISMATCH,
     FindingKind.NONMEMBER_CALL,
     FindingKind.POTENTIAL_DEADLOCK,
+    FindingKind.UNWAITED_WORK,
 }
 
 

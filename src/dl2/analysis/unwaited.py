@@ -12,7 +12,8 @@ Reported: a send or receive issued async, on a rank whose program ended, with no
 or the recorder saw it finish), and no op of its batch waited on or complete (a wait on
 any work of a ``batch_isend_irecv`` counts for the batch).  Not reported: collectives
 (gloo completes them without a wait; DDP and FSDP wait on theirs in C++), blocking ops,
-eager sends of ``--buffer-size`` (delivered by the recorder), ops of ranks still running.
+eager sends of ``--buffer-size`` (delivered by the recorder), ops of ranks still running,
+ops no peer op matches (``p2p-unmatched`` reports those).
 One finding per source line and rank; O(ops kept).
 """
 
@@ -61,6 +62,8 @@ def unwaited_work_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Fin
                 or op.error is not None
                 or _settled(op)
                 or (op.batch is not None and op.batch in settled_batches)
+                # no partner: the p2p-unmatched finding says more
+                or graph.p2p_partner.get(op_key(op)) is None
             ):
                 continue
             by_line[(where(op), op.op)].append(op)

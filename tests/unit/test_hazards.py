@@ -219,3 +219,19 @@ def test_ranks_still_running_are_not_judged():
     r0, r1 = ranks(2)
     r0.isend(12, peer=1)
     assert _unwaited([r0, r1]) == []
+
+
+def test_the_finding_names_the_peer_op_left_waiting_or_failed():
+    # GIVEN rank 0 exits with an isend outstanding; rank 1 still in the matching recv
+    r0, r1 = ranks(2)
+    r0.isend(12, peer=1)
+    r1.call("recv", 20, peer=0, complete=False)
+    (finding,) = _unwaited([r0.end(), r1])
+    assert [(op.rank, op.line) for op in finding.ops] == [(0, 12), (1, 20)]
+    assert "Rank 1's recv from rank 0 (train.py:20) waits on it" in finding.message
+    # GIVEN the recv failed instead (gloo saw the pair torn down)
+    r0, r1 = ranks(2)
+    r0.isend(12, peer=1)
+    r1.wait(r1.issue("recv", 20, peer=0), err="RuntimeError: Connection closed by peer")
+    (finding,) = _unwaited([r0.end(), r1.end()])
+    assert "failed: RuntimeError: Connection closed by peer" in finding.message

@@ -88,7 +88,13 @@ def _finding(graph: ExecutionGraph, ops: list[Op]) -> Finding:
     partner = graph.p2p_partner.get(op_key(first))
     refs = [op_ref(first)]
     peers = {first.peer} if first.peer is not None else set()
-    if partner is not None and not partner.completed:
+    if partner is not None and partner.error is not None:
+        message += (
+            f" Rank {partner.rank}'s {phrase(partner)} ({where(partner)}) failed: "
+            f"{partner.error}."
+        )
+        refs.append(op_ref(partner))
+    elif partner is not None and not partner.completed:
         message += f" Rank {partner.rank}'s {phrase(partner)} ({where(partner)}) waits on it."
         refs.append(op_ref(partner))
     return Finding(

@@ -90,8 +90,7 @@ def _finding(graph: ExecutionGraph, ops: list[Op]) -> Finding:
     peers = {first.peer} if first.peer is not None else set()
     if partner is not None and partner.error is not None:
         message += (
-            f" Rank {partner.rank}'s {phrase(partner)} ({where(partner)}) failed: "
-            f"{partner.error}."
+            f" Rank {partner.rank}'s {phrase(partner)} ({where(partner)}) failed: {partner.error}."
         )
         refs.append(op_ref(partner))
     elif partner is not None and not partner.completed:

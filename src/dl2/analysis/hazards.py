@@ -5,7 +5,9 @@ collectives of groups A and B in opposite orders (``async_op=True``, waited late
 complete.  NCCL does not promise that: its kernels block until their peers arrive, and
 the kernels of two communicators are not guaranteed to run concurrently; its user guide
 asks applications to issue operations on different communicators in the same order on
-every rank (NCCL user guide, "Using multiple NCCL communicators concurrently").
+every rank (NCCL user guide, "Using multiple NCCL communicators concurrently",
+https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/usage/communicators.html:
+"applications should ensure operations are submitted in the same order across ranks").
 
 The check: every collective slot (the i-th collective of a group) is a node; each rank
 adds an edge from each of its collectives to its next one, whatever the group.  Issued

@@ -2,8 +2,9 @@
 # dl2-expect: ranks=0,1
 """Rank 1 posts an irecv for a late status message, never waits on it, and returns from
 main with the Work outstanding (it only meant to "check later").  Rank 0 sends the
-status with a blocking send.  gloo may tear the pair down before the transfer: rank 0
-then hangs in its send or fails with "Connection closed by peer"."""
+status with a blocking send.  Under plain gloo the dropped irecv never receives and
+rank 0 hangs in its send (measured, torch 2.13); under `dl2 run` the recorder holds the
+work, the job completes and dl2 reports the outstanding irecv (`defect`)."""
 
 import torch
 import torch.distributed as dist

@@ -9,10 +9,16 @@
    then measured beside a neighbour's load, which can only lengthen them).  Its
    verdict is compared with the case's header (``cases/README.md``):
 
-   * positive = a ``deadlock`` or ``defect`` verdict; precision and recall count a
-     positive as correct when the label is ``deadlock`` or ``defect``;
+   * positive = a ``deadlock``, ``hang`` or ``defect`` verdict; precision and recall
+     count a positive as correct when the label is ``deadlock`` or ``defect``;
    * verdict match: the verdict equals the label (a nondeterministic case also accepts
-     ``defect``: dl2's potential-deadlock finding on a run where the race went well);
+     ``defect``: dl2's potential-deadlock finding on a run where the race went well; a
+     ``deadlock`` case also accepts ``hang``: the job hangs because a rank waits outside
+     communication, and dl2 names who waits on whom);
+   * a case whose header has ``interrupt=S`` hangs where dl2's hang timeout does not
+     apply (a rank waits outside communication): SIGINT goes to dl2 S seconds in, as a
+     user at the terminal would send it, and the report it then writes is scored (its
+     latency: from the SIGINT to dl2's exit);
    * exact culprit: the ranks named by the findings ⊇ the header's ranks, and every
      ``# dl2: culprit`` line is the (file, line) of some op of some finding;
    * verdict latency: for a deadlock proven live, dl2's own ``detected_after`` from

@@ -213,10 +213,10 @@ class RankBuilder:
     def trace(self, **header: Any) -> RankTrace:
         """The records so far, read back as a rank's trace (``header``: see :meth:`header`)."""
         path = f"rank{self.rank}"
-        records, truncated, _ = parse_records("".join(self.records).encode(), path, 2)
-        assert truncated is None, truncated
+        parsed = parse_records("".join(self.records).encode(), path, 2)
+        assert parsed.truncated is None and not parsed.skipped, parsed
         first = parse_header(self.header(**header).rstrip("\n").encode(), path)
-        return RankTrace(path=path, header=first, records=tuple(records))
+        return RankTrace(path=path, header=first, records=tuple(parsed.records))
 
 
 def ranks(world: int, file: str = "train.py") -> list[RankBuilder]:

@@ -87,10 +87,22 @@ def run_dl2(case: Case, workdir: Path, log_dir: Path | None = None, steps: int =
     ]
     note = ""
     start = time.monotonic()
+    # a case that hangs outside dl2's reach (header field ``interrupt``) is stopped as a
+    # user at the terminal would: SIGINT to dl2 that many seconds in, its report scored
+    interrupt = float(case.fields["interrupt"]) if "interrupt" in case.fields else None
+    interrupted_at: float | None = None
     with out_path.open("wb") as out:
         proc = start_logged(cmd, out, env, workdir)
         try:
-            code: int | None = proc.wait(timeout=RUN_TIMEOUT_S)
+            code: int | None = None
+            if interrupt is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = proc.wait(timeout=interrupt)
+                if code is None:
+                    proc.send_signal(signal.SIGINT)
+                    interrupted_at = time.monotonic()
+            if code is None:
+                code = proc.wait(timeout=RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             code = None
             note = f"no verdict: dl2 run stopped after {RUN_TIMEOUT_S} s"
@@ -127,6 +139,8 @@ def run_dl2(case: Case, workdir: Path, log_dir: Path | None = None, steps: int =
     to_exit = (end_ns - last) / 1e9 if last is not None and code is not None else None
     detected_after = meta.get("detected_after")
     latency = detected_after if isinstance(detected_after, (int, float)) else to_exit
+    if interrupted_at is not None and code is not None:
+        latency = end_ns / 1e9 - interrupted_at  # from the user's Ctrl-C to the verdict
     return Dl2Result(
         case=case.name,
         suite=case.suite,

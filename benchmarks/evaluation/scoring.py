@@ -34,8 +34,10 @@ def score_report(case: Case, report: dict[str, Any]) -> dict[str, Any]:
         if op.get("file")
     }
     missing = [n for n in case.culprits if (case.path.name, n) not in located]
-    positive = verdict in ("deadlock", "defect")
+    positive = verdict in ("deadlock", "hang", "defect")
     accepted = {case.label} | ({"defect"} if case.nondeterministic else set())
+    if case.label == "deadlock":
+        accepted.add("hang")  # the job hangs; dl2 names who waits on whom, and where
     culprit_ok = None
     if case.positive:
         culprit_ok = positive and set(named) >= case.ranks and not missing

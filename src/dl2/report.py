@@ -14,12 +14,30 @@ class Verdict(str, Enum):
 
     OK = "ok"  #: the job completed and no communication defect was found
     DEADLOCK = "deadlock"  #: ranks wait on each other (or on exited ranks) forever
+    #: the job was ended (dl2's hang timeout, a signal, its launcher) while ranks were
+    #: blocked in communication waiting on a rank outside communication
+    HANG = "hang"
     DEFECT = "defect"  #: a communication defect that did not (or not yet) hang the job
-    JOB_FAILED = "job-failed"  #: the job failed for a reason other than communication
+    #: the user stopped dl2 (Ctrl-C, SIGTERM) while no rank was stuck: findings up to then
+    INTERRUPTED = "interrupted"
+    #: no finding, but ranks without a trace or with unreadable parts: never "ok"
+    INCOMPLETE = "incomplete"
+    JOB_FAILED = "job-failed"  #: a rank failed on its own, no communication finding explains it
 
     @property
     def exit_code(self) -> int:
-        return {"ok": 0, "job-failed": 1, "deadlock": 3, "defect": 4}[self.value]
+        return _EXIT_CODES[self.value]
+
+
+_EXIT_CODES = {
+    "ok": 0,
+    "job-failed": 1,
+    "deadlock": 3,
+    "hang": 3,
+    "defect": 4,
+    "incomplete": 5,
+    "interrupted": 130,
+}
 
 
 class FindingKind(str, Enum):
@@ -29,6 +47,9 @@ class FindingKind(str, Enum):
     DEADLOCK = "deadlock"
     #: a blocked rank waits on a rank that has exited: it can never be released
     ORPHANED_WAIT = "orphaned-wait"
+    #: ranks stayed blocked until the job was ended from outside, waiting on a rank
+    #: outside communication (see :mod:`dl2.analysis.ending`)
+    HANG = "hang"
     #: the i-th collective of a group differs between members (op, root, reduce op,
     #: dtype or element count)
     COLLECTIVE_MISMATCH = "collective-mismatch"
@@ -104,6 +125,7 @@ class Finding:
         hint: a one-line fix hint.
         cycle: for a deadlock, the ranks of its shortest wait cycle in order.
         group: the process group concerned, if one.
+        summary: the finding in a headline's few words, when it can head a report.
     """
 
     kind: FindingKind
@@ -113,6 +135,7 @@ class Finding:
     hint: str = ""
     cycle: tuple[int, ...] = ()
     group: str | None = None
+    summary: str = ""
 
 
 @dataclass(frozen=True)
@@ -144,6 +167,8 @@ class Report:
         world_size: ranks in the job.
         warnings: trace problems met on the way (truncated records, missing ranks).
         job: facts about the run from the launcher (command, exit status), no times.
+        gaps: what the analysis could not read (ranks without a trace, corrupt records
+            skipped); also among the warnings.
     """
 
     verdict: Verdict
@@ -152,6 +177,7 @@ class Report:
     world_size: int
     warnings: tuple[str, ...] = ()
     job: dict[str, object] = field(default_factory=dict)
+    gaps: tuple[str, ...] = ()
 
     @property
     def exit_code(self) -> int:

@@ -302,14 +302,17 @@ def test_malformed_records_are_corrupt(line):
         decode_record(line)
 
 
-def test_a_corrupt_record_mid_file_names_its_line_and_a_last_one_is_a_note():
+def test_a_corrupt_record_mid_file_is_skipped_with_its_line_and_a_last_one_is_a_note():
     good = encode.end_line(1, "exit").encode()
     bad = b'{"k":"wait","id":1,"work":"x"}\n'
-    with pytest.raises(TraceFormatError, match=r"^f:3: corrupt record in the middle.*work"):
-        parse_records(good + bad + good, "f", first_lineno=2)
-    records, note, consumed = parse_records(good + bad, "f", first_lineno=2)
-    assert records == [EndRecord(t=1, how="exit")]
-    assert note == "last record is corrupt (line 3)" and consumed == len(good)
+    parsed = parse_records(good + bad + good, "f", first_lineno=2)
+    assert parsed.records == [EndRecord(t=1, how="exit")] * 2
+    assert len(parsed.skipped) == 1 and parsed.skipped[0].startswith("f:3: corrupt record skipped")
+    assert "work" in parsed.skipped[0] and parsed.truncated is None and parsed.lines == 3
+    parsed = parse_records(good + bad, "f", first_lineno=2)
+    assert parsed.records == [EndRecord(t=1, how="exit")] and not parsed.skipped
+    assert parsed.truncated == "last record is corrupt (line 3)"
+    assert parsed.consumed == len(good) and parsed.lines == 1
 
 
 def test_report_frame_is_the_innermost_frame_of_the_users_own_code():
@@ -391,16 +394,15 @@ _ANY_BYTES = st.binary(max_size=300) | _mangled()
 )
 @given(_ANY_BYTES)
 def test_any_bytes_give_a_clean_error_or_a_valid_partial_read(data: bytes):
-    try:
-        records, note, consumed = parse_records(data, "f")
-    except TraceFormatError as err:
-        assert str(err).startswith("f:")
-        return
-    # THEN what was read are typed records of complete lines, and reading resumes there
+    parsed = parse_records(data, "f")
+    records, note, consumed = parsed.records, parsed.truncated, parsed.consumed
+    # THEN what was read are typed records of complete lines, the corrupt ones before the
+    # last are skipped with their line, and reading resumes after the last complete line
     assert all(isinstance(r, RECORD_TYPES) for r in records)
+    assert all(s.startswith("f:") and "corrupt record skipped" in s for s in parsed.skipped)
     assert 0 <= consumed <= len(data)
     assert consumed == 0 or data[consumed - 1 : consumed] == b"\n"
-    assert data[:consumed].count(b"\n") == len(records)
+    assert data[:consumed].count(b"\n") == len(records) + len(parsed.skipped) == parsed.lines
     assert note is None or note.startswith("last record is")
     assert (note is None) == (consumed == len(data))
 

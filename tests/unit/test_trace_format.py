@@ -53,11 +53,14 @@ def test_truncated_last_record_is_detected_not_fatal(tmp_path):
     assert "truncated" in trace.truncated
 
 
-def test_corrupt_middle_line_is_an_error(tmp_path):
+def test_a_corrupt_middle_line_is_skipped_and_named(tmp_path):
     path = tmp_path / "r.dl2.jsonl"
     path.write_bytes((header() + "garbage\n" + end_line(1, "exit")).encode())
-    with pytest.raises(TraceFormatError, match=":2: corrupt record"):
-        read_trace_file(path)
+    trace = read_trace_file(path)
+    assert len(trace.records) == 1 and trace.truncated is None
+    assert trace.skipped == (f"{path}:2: corrupt record skipped (not JSON)",) or (
+        len(trace.skipped) == 1 and trace.skipped[0].startswith(f"{path}:2: corrupt record skipped")
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 
 from dl2.analysis.deadlock import busy_poll_findings
 from dl2.analysis.deadlock import deadlock_findings
@@ -18,6 +19,9 @@ from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.describe import history_gap
 from dl2.analysis.describe import op_ref
 from dl2.analysis.hazards import order_inversion_findings
+from dl2.analysis.describe import rank_list
+from dl2.analysis.ending import cut_off_ranks
+from dl2.analysis.ending import hang_findings
 from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
 from dl2.analysis.matching import nonmember_findings
@@ -36,6 +40,7 @@ from dl2.report import FindingKind
 from dl2.report import RankState
 from dl2.report import Report
 from dl2.report import Verdict
+from dl2.trace.session import ALIVE
 from dl2.trace.session import Session
 
 __all__ = ["ANALYSES", "Context", "analyze"]
@@ -51,6 +56,8 @@ class Context:
     job_ended: bool
     quiet: Mapping[int, float]
     suspect_after: float
+    #: the job was ended from outside (by dl2, the user, or a kill of all its ranks)
+    ended_outside: bool = False
     #: warnings analyses add for the report (a search cut short, a step skipped)
     notes: list[str] = field(default_factory=list)
     #: look for hazards the run did not hit (predictions, cross-group orders)
@@ -78,6 +85,9 @@ def _fusion(context: Context) -> list[Finding]:
 #: name -> analysis; each takes the shared context and returns its findings.
 ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "deadlock": lambda c: deadlock_findings(c.graph, c.wait_for),
+    "hang": lambda c: hang_findings(
+        c.graph, c.wait_for, c.session.ending, c.ended_outside, c.quiet
+    ),
     "failed-ops": lambda c: failed_op_findings(c.graph, c.wait_for),
     "collectives": lambda c: collective_findings(c.graph, c.wait_for, c.job_ended),
     "groups": lambda c: group_findings(c.graph),
@@ -106,13 +116,23 @@ _DEFECT_KINDS = {
 
 
 def _verdict(
-    wfg: WaitForGraph, findings: list[Finding], any_failed: bool, left: frozenset[int]
+    wfg: WaitForGraph,
+    findings: list[Finding],
+    any_failed: bool,
+    left: frozenset[int],
+    session: Session,
+    killed: bool,
 ) -> Verdict:
+    """The one word for the run; the order of the rules is the README's table."""
     kinds = {f.kind for f in findings}
     if FindingKind.DEADLOCK in kinds:
         return Verdict.DEADLOCK
     if FindingKind.BUSY_POLL in kinds and not any_failed:
         return Verdict.DEADLOCK  # a hang: the spinning rank and those waiting on it
+    if FindingKind.HANG in kinds:
+        return Verdict.HANG
+    if session.ending == "interrupted":
+        return Verdict.INTERRUPTED  # the user stopped dl2 while no rank was stuck
     if kinds & {
         FindingKind.COLLECTIVE_MISMATCH,
         FindingKind.P2P_MISMATCH,
@@ -134,13 +154,29 @@ def _verdict(
         for f in findings
     ):
         return Verdict.DEFECT
+    if killed:
+        return Verdict.INTERRUPTED  # killed from outside while no rank was stuck
     if any_failed:
         return Verdict.JOB_FAILED
     if wfg.deadlocked:
         return Verdict.DEADLOCK
     if kinds & _DEFECT_KINDS:
         return Verdict.DEFECT
+    if _gaps(session):
+        return Verdict.INCOMPLETE
     return Verdict.OK
+
+
+def _gaps(session: Session) -> list[str]:
+    """What the session lacks: ranks without a readable trace, skipped records."""
+    gaps = []
+    missing = session.missing_ranks()
+    if missing:
+        gaps.append(f"no readable trace from rank(s) {', '.join(map(str, missing))}")
+    corrupt = session.corrupt_records()
+    if corrupt:
+        gaps.append(f"{corrupt} corrupt record{'s' if corrupt > 1 else ''} skipped")
+    return gaps
 
 
 def _rank_states(wfg: WaitForGraph) -> tuple[RankState, ...]:
@@ -187,10 +223,25 @@ def analyze(
     """
     if graph is None:
         graph = build_execution_graph(session)
+    cut_off = cut_off_ranks(session, graph)
+    if cut_off:  # killed together from outside: each stood where its trace stops
+        states = {**session.process_states, **{r: ALIVE for r in cut_off}}
+        session = replace(session, process_states=states)
+        wait_for = None
     wfg = wait_for if wait_for is not None else build_wait_for_graph(session, graph)
     statuses = [wfg.status(r) for r in range(session.world_size)]
     job_ended = bool(statuses) and all(s.gone for s in statuses)
-    context = Context(session, graph, wfg, job_ended, quiet or {}, suspect_after, hazards=hazards)
+    ended_outside = session.stopped_from_outside or bool(cut_off)
+    context = Context(
+        session,
+        graph,
+        wfg,
+        job_ended,
+        quiet or {},
+        suspect_after,
+        ended_outside=ended_outside,
+        hazards=hazards,
+    )
     findings: list[Finding] = []
     for analysis in ANALYSES.values():
         findings.extend(analysis(context))
@@ -204,14 +255,20 @@ def analyze(
                 f"rank {rank} failed at interpreter exit, after its program had ended; "
                 "its communication counts as finished"
             )
+    if cut_off:
+        warnings.append(
+            f"{rank_list(sorted(cut_off))} ended without a trace of an error: killed from "
+            "outside, each read where its trace stops"
+        )
     missing = session.missing_ranks()
     if missing:
         warnings.append(f"no trace from rank(s) {', '.join(map(str, missing))}")
     return Report(
-        verdict=_verdict(wfg, findings, any_failed, left),
+        verdict=_verdict(wfg, findings, any_failed, left, session, bool(cut_off)),
         findings=tuple(findings),
         ranks=_rank_states(wfg),
         world_size=session.world_size,
         warnings=tuple(warnings),
         job=dict(job or {}),
+        gaps=tuple(_gaps(session)),
     )

@@ -43,7 +43,8 @@ def conclude(
     """Finish, show and save the report of a monitored run; returns it as shown.
 
     The monitor's notes and ``stop_notes[outcome.reason]`` (why dl2 stopped the job)
-    become warnings; a job that failed or was stopped is never ``ok``.  The report is
+    become warnings; a job that failed or was stopped is never ``ok`` (``hang`` when
+    dl2's hang timeout stopped it, else ``job-failed``).  The report is
     printed, written to ``json_path`` if given and always to ``run_dir/report.json``.
     """
     why = stop_notes.get(outcome.reason)
@@ -51,7 +52,9 @@ def conclude(
     if extra:
         report = replace(report, warnings=(*report.warnings, *extra))
     failed = outcome.job_exit_code != 0 or outcome.reason != "finished"
-    if report.verdict is Verdict.OK and failed:
+    if report.verdict is Verdict.OK and outcome.reason == "hang-timeout":
+        report = replace(report, verdict=Verdict.HANG)  # every live rank sat in communication
+    elif report.verdict is Verdict.OK and failed:
         report = replace(report, verdict=Verdict.JOB_FAILED)
     emit(report, json_path)
     try:
@@ -62,7 +65,5 @@ def conclude(
 
 
 def exit_status(outcome: Outcome, report: Report) -> int:
-    """dl2's exit status: the report's, or 130 when interrupted short of a deadlock."""
-    if outcome.reason == "interrupted" and report.verdict is not Verdict.DEADLOCK:
-        return 130
+    """dl2's exit status: the report's verdict's (130 for ``interrupted``)."""
     return report.exit_code

@@ -162,7 +162,7 @@ class RunCommand:
                 "every live rank in communication"
             ),
             "rank-failed": "a rank failed, so dl2 stopped the others (as torchrun does)",
-            "interrupted": "interrupted: dl2 stopped the job",
+            "interrupted": "interrupted by the user (SIGINT or SIGTERM): dl2 stopped the job",
         }
         report = conclude(outcome, report, run_dir, args.json, stop_notes)
         print(f"dl2: traces in {run_dir}  (re-analyse: dl2 analyze {run_dir})", file=sys.stderr)
@@ -177,6 +177,10 @@ def _write_meta(
     if outcome.report is not None:
         for state in outcome.report.ranks:
             ranks[str(state.rank)] = {"state": state.status.value if state.status.gone else ALIVE}
+    for rank, process in (outcome.states or {}).items():
+        ranks.setdefault(str(rank), {})["state"] = str(process)
+    for rank, quiet in (outcome.quiet or {}).items():
+        ranks.setdefault(str(rank), {})["quiet_s"] = round(quiet, 3)
     meta = {
         "format": 1,
         "command": target,

@@ -18,6 +18,7 @@ ranks may have stopped recording (:mod:`dl2.live.faults`).
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -45,12 +46,18 @@ from dl2.notice import notice as default_notice
 from dl2.report import Report
 from dl2.report import Verdict
 from dl2.trace.session import ALIVE
+from dl2.trace.session import ENDED_BADLY
 from dl2.trace.session import EXITED
 from dl2.trace.session import FAILED
+from dl2.trace.session import KILLED
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 
 ON_DEADLOCK = ("abort", "report", "wait")
+
+#: signals that end a rank from outside (its launcher, the scheduler, the user), as
+#: opposed to its own crash (SIGSEGV, SIGABRT, ...)
+OUTSIDE = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHUP})
 
 #: seconds to the second snapshot of a deadlock candidate (the proof does not depend on
 #: the gap: it needs only that the second read of each file follows the first)
@@ -104,6 +111,8 @@ class Outcome:
         remote: the verdict another node's monitor published (reason "remote-verdict").
         remote_report: that monitor's JSON report, if it published one.
         deadlocked: the deadlock set proven live (reason "deadlock").
+        states: every rank's process state at the end (ALIVE: stopped by dl2).
+        quiet: seconds since each rank's last progress, at the end.
     """
 
     report: Report | None
@@ -115,6 +124,8 @@ class Outcome:
     remote: Mapping[str, Any] | None = None
     remote_report: str | None = None
     deadlocked: tuple[int, ...] = ()
+    states: Mapping[int, str] | None = None
+    quiet: Mapping[int, float] | None = None
 
 
 class Monitor:
@@ -162,6 +173,7 @@ class Monitor:
             ack_timeout=options.ack_timeout,
         )
         self._alive_at_stop: set[int] = set()
+        self._frozen = False  # dl2 stopped the job: what ranks write after is not read
         self._reported: frozenset[int] = frozenset()
         self._degraded: str | None = None
         self._failed_at: float | None = None
@@ -169,14 +181,15 @@ class Monitor:
 
     # -- process states ---------------------------------------------------------------
     def process_states(self) -> dict[int, str]:
-        """rank -> ALIVE / EXITED / FAILED as far as this host can tell."""
+        """rank -> ALIVE / EXITED / FAILED / KILLED as far as this host can tell (KILLED:
+        a child rank ended by a signal from outside; other ranks' signals are unknown)."""
         states: dict[int, str] = {}
         if self.job.ranked:
             for rank, code in self.job.poll().items():
                 if code is None or rank in self._alive_at_stop:
                     states[rank] = ALIVE
                 else:
-                    states[rank] = EXITED if code == 0 else FAILED
+                    states[rank] = EXITED if code == 0 else KILLED if -code in OUTSIDE else FAILED
             return states
         ended = self.tailer.ended()
         for rank, pid in self.tailer.pids().items():
@@ -190,13 +203,15 @@ class Monitor:
         """Every rank's state: the other nodes' as they pushed them, this node's own."""
         return {**self.nodes.remote.states, **(self.process_states() if local is None else local)}
 
-    def session(self) -> Session:
+    def session(self, ending: str | None = None) -> Session:
         """Everything read so far, with every rank's state and the read errors."""
         return build_session(
             self.tailer.traces(),
             self.all_states(),
             run_dir=str(self.run_dir),
             warnings=list(self.tailer.errors),
+            ending=ending,
+            unreadable=list(self.tailer.errors),
         )
 
     def quiet(self, now: float) -> dict[int, float]:
@@ -226,7 +241,16 @@ class Monitor:
         self.proof.reset()
 
     def stop_job(self) -> None:
-        """Stop every rank still alive; their states stay ALIVE for the analysis."""
+        """Stop every rank still alive; their states stay ALIVE for the analysis.
+
+        The traces are read one last time first and never again: what the ranks write
+        while they are being stopped (gloo's "Connection closed by peer" when a peer
+        dies first, the exit hook's ``end``) would tell of the stop, not of the job.
+        """
+        if not self._frozen:
+            self.tailer.refresh()
+            self._note_progress(time.monotonic())
+            self._frozen = True
         states = self.process_states()
         self._alive_at_stop = {r for r, s in states.items() if s == ALIVE}
         self.job.stop(
@@ -262,7 +286,7 @@ class Monitor:
         followed = self._follow_remote()
         if followed is not None:
             return followed
-        if self.job.ranked and FAILED in local.values():
+        if self.job.ranked and any(s in ENDED_BADLY for s in local.values()):
             # Like torchrun: a failed rank ends the job.  Its peers usually fail on their
             # own within a second (gloo: "Connection closed by peer"); give them that, so
             # each rank's state is its own, then stop the rest and analyse.
@@ -406,10 +430,18 @@ class Monitor:
 
     # -- the end ------------------------------------------------------------------------
     def _final(self, reason: str) -> Outcome:
-        self.tailer.refresh()
-        self._note_progress(time.monotonic())
+        if not self._frozen:
+            self.tailer.refresh()
+            self._note_progress(time.monotonic())
         if reason == "finished":
             self.nodes.finish()
-        session = self.session()
+        session = self.session(ending=reason)
         report = self.analyze(session) if session.traces else None
-        return Outcome(report, reason, self.job.exit_code(), notes=tuple(self.notes))
+        return Outcome(
+            report,
+            reason,
+            self.job.exit_code(),
+            notes=tuple(self.notes),
+            states=dict(session.process_states),
+            quiet=self.quiet(time.monotonic()),
+        )

@@ -64,6 +64,8 @@ class _File:
     open_calls: set[int] = field(default_factory=set)
     stall: bool = False
     partial_since: float | None = None
+    lineno: int = 2  # of the first record line not consumed yet
+    skipped: list[str] = field(default_factory=list)
 
     def feed(self, data: bytes, now: float, keep: bool) -> list[Record]:
         """Parse ``data`` (what follows ``offset``); returns the new records."""
@@ -75,10 +77,13 @@ class _File:
                     return []
                 self.header = parse_header(data[:newline], self.name)
                 start = newline + 1
-            records, truncated, consumed = parse_records(data[start:], self.name)
+            parsed = parse_records(data[start:], self.name, self.lineno)
         except TraceFormatError as err:
             self.error = str(err)
             raise
+        records, truncated, consumed = parsed.records, parsed.truncated, parsed.consumed
+        self.lineno += parsed.lines
+        self.skipped.extend(parsed.skipped)
         used = start + consumed
         if keep and used:
             self.outbox.append(data[:used])
@@ -222,7 +227,7 @@ class TraceTailer:
         """Every readable file as a RankTrace of its header and truncation note; its
         records are in :attr:`model`, not here."""
         return [
-            RankTrace(str(e.path or e.name), e.header, (), e.truncated)
+            RankTrace(str(e.path or e.name), e.header, (), e.truncated, tuple(e.skipped))
             for e in self._ranked()
             if e.header is not None
         ]

@@ -12,17 +12,23 @@ from dl2.live.monitor import Outcome
 def watch_job(monitor: Monitor) -> Outcome:
     """Run ``monitor`` until its job ends or a verdict stops it.
 
-    Meanwhile SIGTERM is turned into KeyboardInterrupt, so that a terminated dl2 stops
-    the job and still reports; whatever of the job still runs at the end is stopped.
+    Meanwhile SIGINT and SIGTERM are turned into one KeyboardInterrupt, so that an
+    interrupted dl2 stops the job and still reports: a second Ctrl-C while it stops the
+    job and analyses is ignored.  Whatever of the job still runs at the end is stopped.
     """
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    interrupted = False
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if not interrupted:
+            interrupted = True
+            raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         return monitor.run()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if not monitor.job.finished():
             monitor.job.stop()
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt

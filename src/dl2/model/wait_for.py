@@ -29,8 +29,8 @@ from dl2.model.program import world_ranks
 from dl2.model.stuck import RankStatus
 from dl2.model.stuck import deadlock_set
 from dl2.model.stuck import shortest_cycle
+from dl2.trace.session import ENDED_BADLY
 from dl2.trace.session import EXITED
-from dl2.trace.session import FAILED
 from dl2.trace.session import Session
 
 
@@ -144,13 +144,13 @@ def _bounded(node: RankNode) -> bool:
 
 def _status(session: Session, graph: ExecutionGraph, rank: int) -> RankStatus:
     state = session.process_state(rank)
-    if state == FAILED:
+    if state in ENDED_BADLY:
         return RankStatus.FAILED
     timeline = graph.timelines.get(rank)
-    if state == EXITED or (timeline is not None and timeline.ended is not None):
-        return RankStatus.EXITED
     if timeline is None:
-        return RankStatus.NO_TRACE
+        return RankStatus.NO_TRACE  # exited or not, what it issued is unknown
+    if state == EXITED or timeline.ended is not None:
+        return RankStatus.EXITED
     return RankStatus.BLOCKED if timeline.blocked is not None else RankStatus.RUNNING
 
 

@@ -50,6 +50,9 @@ _VERDICT_STYLE = {
     Verdict.DEADLOCK: "bold red",
     Verdict.DEFECT: "bold yellow",
     Verdict.JOB_FAILED: "bold magenta",
+    Verdict.HANG: "bold red",
+    Verdict.INTERRUPTED: "bold magenta",
+    Verdict.INCOMPLETE: "bold yellow",
 }
 _STATUS_STYLE = {
     RankStatus.BLOCKED: "red",
@@ -150,6 +153,20 @@ def headline(report: Report) -> str:
         return f"DEFECT: {_count(len(findings), 'communication defect')}, no deadlock ({kinds})"
     if report.verdict is Verdict.JOB_FAILED:
         return "JOB FAILED: the job failed for a reason other than communication"
+    if report.verdict is Verdict.HANG:
+        hang = next((f for f in findings if f.kind is FindingKind.HANG), None)
+        if hang is None or not hang.summary:
+            return "HANG: ranks stayed blocked in communication until the job was ended"
+        return f"HANG: {hang.summary}"
+    if report.verdict is Verdict.INTERRUPTED:
+        found = f"; {_count(len(findings), 'finding')} up to then" if findings else ""
+        return (
+            "INTERRUPTED: the job was stopped from outside (the user, a signal, its "
+            f"launcher) while no rank was stuck{found}"
+        )
+    if report.verdict is Verdict.INCOMPLETE:
+        missing = "; ".join(report.gaps) or "part of the traces could not be read"
+        return f"INCOMPLETE: no defect found in what was read, but {missing}"
     return "DEADLOCK: " + _deadlock_summary(findings)
 
 

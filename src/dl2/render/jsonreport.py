@@ -3,7 +3,9 @@
 Shape (keys sorted, no times, so two runs of one job give equal files)::
 
     {"format": "dl2-report", "format_version": 1,
-     "verdict": "ok" | "deadlock" | "defect" | "job-failed", "exit_code": 0 | 1 | 3 | 4,
+     "verdict": "ok" | "deadlock" | "hang" | "defect" | "interrupted" | "incomplete" |
+                "job-failed",
+     "exit_code": 0 | 3 | 3 | 4 | 130 | 5 | 1 (in that order),
      "world_size": N,
      "findings": [{"kind", "ranks", "message", "hint", "group", "cycle", "ops": [OP...]}],
      "ranks": [{"rank", "status", "op": OP | null, "waits_on", "any_of"}],

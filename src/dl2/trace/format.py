@@ -3,8 +3,9 @@
 Line 1 is a header, every later line one record (both described, written and read by
 :mod:`dl2.trace.schema`).  Records are appended with one ``os.write`` each, so a killed
 rank loses at most its last partial line, which :func:`parse_records` reports as a
-truncation note rather than an error; a malformed line before the last one is
-corruption.
+truncation note rather than an error.  A malformed line before the last one (a disk
+fault, a foreign write) is skipped with a note naming the file and line: the rest of
+the trace is still read, and the analysis reports the run as incomplete.
 
 This module names the files and reads them.  The record decoder (msgspec) is imported
 on first read, not here: the recorder, which names its file with
@@ -31,6 +32,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "TRACE_SUFFIX",
+    "Parsed",
     "RankTrace",
     "parse_header",
     "parse_records",
@@ -55,12 +57,14 @@ class RankTrace:
         header: the header record.
         records: every complete record after the header, in file order.
         truncated: a sentence describing a partial last record, or None.
+        skipped: one note per corrupt record skipped before the last line.
     """
 
     path: str
     header: Header
     records: tuple[Record, ...]
     truncated: str | None = None
+    skipped: tuple[str, ...] = ()
 
     @property
     def rank(self) -> int:
@@ -96,50 +100,63 @@ def parse_header(line: bytes, path: str) -> Header:
         raise TraceFormatError(f"{path}: {err}") from None
 
 
-def parse_records(
-    data: bytes, path: str, first_lineno: int = 1
-) -> tuple[list[Record], str | None, int]:
+@dataclass(frozen=True)
+class Parsed:
+    """Records parsed from a chunk of a trace file.
+
+    Attributes:
+        records: the records of its complete, readable lines, in order.
+        truncated: a note on a partial or corrupt *last* line (the rank may still be
+            writing it, or died while writing it), or None.
+        consumed: bytes of the complete lines before any such last line: where a
+            reader resumes.
+        lines: how many lines those bytes hold (records and skipped lines).
+        skipped: one note per corrupt line before the last, naming file and line.
+    """
+
+    records: list[Record]
+    truncated: str | None
+    consumed: int
+    lines: int
+    skipped: list[str]
+
+
+def parse_records(data: bytes, path: str, first_lineno: int = 1) -> Parsed:
     """Parse complete record lines from ``data`` (a chunk that starts at a line).
 
-    Returns the records, a truncation note for a partial or corrupt last line (or
-    None), and the number of bytes consumed (complete lines before any such last line),
-    so a reader can resume there.
-
-    Raises:
-        TraceFormatError: a malformed line that is *not* the last one (corruption).
+    A corrupt line before the last one is skipped, with a note in ``skipped``; a
+    partial or corrupt last line is left unconsumed, with a note in ``truncated``.
     """
     from dl2.trace.schema.decode import CorruptRecord
     from dl2.trace.schema.decode import decode_record
 
     records: list[Record] = []
+    skipped: list[str] = []
     consumed = 0
     lines = list(_iter_lines(data))
     for index, (lineno, line, complete) in enumerate(lines):
         number = lineno + first_lineno - 1
+        done = lineno - 1
         if not complete:
-            return (
-                records,
-                f"last record is truncated ({len(line)} bytes at line {number})",
-                consumed,
-            )
+            note = f"last record is truncated ({len(line)} bytes at line {number})"
+            return Parsed(records, note, consumed, done, skipped)
         try:
             records.append(decode_record(line))
         except CorruptRecord as err:
             if index == len(lines) - 1:
-                return records, f"last record is corrupt (line {number})", consumed
-            raise TraceFormatError(
-                f"{path}:{number}: corrupt record in the middle of the trace ({err})"
-            ) from None
+                note = f"last record is corrupt (line {number})"
+                return Parsed(records, note, consumed, done, skipped)
+            skipped.append(f"{path}:{number}: corrupt record skipped ({err})")
         consumed += len(line) + 1
-    return records, None, consumed
+    return Parsed(records, None, consumed, len(lines), skipped)
 
 
 def read_trace_file(path: str | os.PathLike[str]) -> RankTrace:
     """Read one rank's trace file.
 
     Raises:
-        TraceFormatError: the file is empty, foreign, of another version, or corrupt
-            before its last line.
+        TraceFormatError: the file is empty, foreign, of another version, or its header
+            is corrupt (corrupt records are skipped: see :attr:`RankTrace.skipped`).
     """
     name = str(path)
     try:
@@ -152,5 +169,11 @@ def read_trace_file(path: str | os.PathLike[str]) -> RankTrace:
     if newline < 0:
         raise TraceFormatError(f"{name}: truncated header (the rank died while opening its trace)")
     header = parse_header(data[:newline], name)
-    records, truncated, _ = parse_records(data[newline + 1 :], name, first_lineno=2)
-    return RankTrace(path=name, header=header, records=tuple(records), truncated=truncated)
+    parsed = parse_records(data[newline + 1 :], name, first_lineno=2)
+    return RankTrace(
+        path=name,
+        header=header,
+        records=tuple(parsed.records),
+        truncated=parsed.truncated,
+        skipped=tuple(parsed.skipped),
+    )

@@ -19,6 +19,11 @@ from dl2.trace.format import read_trace_file
 from dl2.trace.schema.decode import EndRecord
 
 RUN_META = "run.json"
+#: Session.ending values for a job dl2 stopped (the user's interrupt included): the
+#: traces end where each rank stood at the stop
+STOP_REASONS = frozenset({"deadlock", "hang-timeout", "rank-failed", "interrupted"})
+#: corrupt records of one file named one by one in the warnings; the rest are counted
+MAX_SKIP_NOTES = 5
 
 
 # Process states a launcher or monitor can attest for a rank.
@@ -31,6 +36,9 @@ class ProcessState(StrEnum):
     EXITED = "exited"
     #: ended on its own with a non-zero status or a signal
     FAILED = "failed"
+    #: ended by a signal that comes from outside (SIGTERM, SIGKILL, SIGINT, SIGHUP), not
+    #: sent by dl2: a launcher's timeout, the scheduler, the user's kill, the OOM killer
+    KILLED = "killed"
     #: no launcher information (post-mortem on a bare directory)
     UNKNOWN = "unknown"
 
@@ -38,6 +46,9 @@ class ProcessState(StrEnum):
 ALIVE = ProcessState.ALIVE
 EXITED = ProcessState.EXITED
 FAILED = ProcessState.FAILED
+KILLED = ProcessState.KILLED
+#: process states of a rank that ended other than cleanly
+ENDED_BADLY = frozenset({FAILED, KILLED})
 UNKNOWN = ProcessState.UNKNOWN
 
 
@@ -47,16 +58,23 @@ class Session:
 
     Attributes:
         traces: rank -> its trace.
-        process_states: rank -> ALIVE | EXITED | FAILED | UNKNOWN, as seen by the launcher
+        process_states: rank -> ALIVE | EXITED | FAILED | KILLED | UNKNOWN, as seen by the launcher
             or the live monitor; ranks absent here are UNKNOWN.
         warnings: problems met while loading (truncated records, duplicate ranks).
         run_dir: the directory it was read from, if any.
+        ending: how the job ended, as the launcher or live monitor saw it (``run.json``'s
+            ``reason``): "finished" (its processes ended on their own), "deadlock",
+            "hang-timeout" or "rank-failed" (dl2 stopped it), "interrupted" (the user
+            stopped dl2), or None when nothing is known (a bare directory).
+        unreadable: trace files that could not be read at all (one note each).
     """
 
     traces: Mapping[int, RankTrace]
     process_states: Mapping[int, str] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     run_dir: str | None = None
+    ending: str | None = None
+    unreadable: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -68,8 +86,17 @@ class Session:
         return sorted(self.traces)
 
     def missing_ranks(self) -> list[int]:
-        """Ranks of the world that left no trace file."""
+        """Ranks of the world that left no (readable) trace file."""
         return [r for r in range(self.world_size) if r not in self.traces]
+
+    def corrupt_records(self) -> int:
+        """Corrupt records skipped in the middle of the traces, all ranks."""
+        return sum(len(t.skipped) for t in self.traces.values())
+
+    @property
+    def stopped_from_outside(self) -> bool:
+        """dl2 (a verdict, its hang timeout, the user's interrupt) ended the job."""
+        return self.ending in STOP_REASONS
 
     def process_state(self, rank: int) -> str:
         """What is known of the rank's process; a clean ``end`` record means EXITED."""
@@ -109,6 +136,8 @@ def build_session(
     process_states: Mapping[int, str] | None = None,
     run_dir: str | None = None,
     warnings: list[str] | None = None,
+    ending: str | None = None,
+    unreadable: list[str] | None = None,
 ) -> Session:
     """Assemble a session from traces; the newest file wins when a rank has several."""
     notes = list(warnings or [])
@@ -126,11 +155,16 @@ def build_session(
     for rank, trace in sorted(by_rank.items()):
         if trace.truncated:
             notes.append(f"rank {rank}: {trace.truncated}; the rank probably died while writing it")
+        notes.extend(trace.skipped[:MAX_SKIP_NOTES])
+        if len(trace.skipped) > MAX_SKIP_NOTES:
+            notes.append(f"rank {rank}: {len(trace.skipped)} corrupt records skipped in all")
     return Session(
         traces=dict(sorted(by_rank.items())),
         process_states=dict(process_states or {}),
         warnings=tuple(notes),
         run_dir=run_dir,
+        ending=ending,
+        unreadable=tuple(unreadable or ()),
     )
 
 
@@ -156,7 +190,30 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
     if not traces:
         raise TraceFormatError(errors[0])
     warnings.extend(f"skipped {e}" for e in errors)
-    return build_session(traces, run_states(run_dir), run_dir=str(run_dir), warnings=warnings)
+    return build_session(
+        traces,
+        run_states(run_dir),
+        run_dir=str(run_dir),
+        warnings=warnings,
+        ending=run_ending(run_dir),
+        unreadable=errors,
+    )
+
+
+def run_ending(run_dir: str | os.PathLike[str]) -> str | None:
+    """How the job ended, as ``run.json`` records it (None without one)."""
+    reason = read_run_meta(run_dir).get("reason")
+    return reason if isinstance(reason, str) else None
+
+
+def run_quiet(run_dir: str | os.PathLike[str]) -> dict[int, float]:
+    """rank -> seconds without progress when the job ended, from ``run.json`` ({} without)."""
+    quiet: dict[int, float] = {}
+    for rank, entry in read_run_meta(run_dir).get("ranks", {}).items():
+        value = entry.get("quiet_s") if isinstance(entry, dict) else None
+        if isinstance(value, int | float):
+            quiet[int(rank)] = float(value)
+    return quiet
 
 
 def run_states(run_dir: str | os.PathLike[str]) -> dict[int, str]:

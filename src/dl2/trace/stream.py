@@ -31,6 +31,7 @@ from dl2.trace.schema.decode import Record
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 from dl2.trace.session import discover_trace_files
+from dl2.trace.session import run_ending
 from dl2.trace.session import run_states
 
 #: bytes read of one file at a time, at most
@@ -66,14 +67,15 @@ class _Reader:
         self.lineno = 2  # of the first line not parsed yet
         self.rest = b""  # bytes read, not parsed yet (a partial or corrupt last line)
         self.truncated: str | None = None
+        self.skipped: list[str] = []
         self.done = False
 
     def read(self, size: int) -> list[Record]:
         """The complete records of the next chunk (the note on a partial last line is
-        set once the file is read through).
+        set once the file is read through; corrupt lines before it are skipped).
 
         Raises:
-            TraceFormatError: a corrupt record before the last line.
+            TraceFormatError: the file cannot be read.
         """
         try:
             with open(self.name, "rb") as handle:
@@ -85,12 +87,13 @@ class _Reader:
         self.done = not data
         if self.done and not self.rest:
             return []
-        records, note, used = parse_records(self.rest + data, self.name, self.lineno)
-        self.rest = (self.rest + data)[used:]
-        self.lineno += len(records)
+        parsed = parse_records(self.rest + data, self.name, self.lineno)
+        self.rest = (self.rest + data)[parsed.consumed :]
+        self.lineno += parsed.lines
+        self.skipped.extend(parsed.skipped)
         if self.done:
-            self.truncated = note
-        return records
+            self.truncated = parsed.truncated
+        return parsed.records
 
 
 def stream_session(
@@ -149,8 +152,10 @@ def stream_session(
     if not readers:
         raise TraceFormatError(skipped[0])
     return build_session(
-        [RankTrace(r.name, r.header, (), r.truncated) for r in readers],
+        [RankTrace(r.name, r.header, (), r.truncated, tuple(r.skipped)) for r in readers],
         run_states(run_dir),
         run_dir=str(run_dir),
         warnings=[f"skipped {e}" for e in skipped],
+        ending=run_ending(run_dir),
+        unreadable=skipped,
     )

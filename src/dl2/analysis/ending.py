@@ -1,0 +1,189 @@
+"""How a job ended, and the ``hang`` finding of a job ended while ranks were stuck.
+
+A job that did not run to its end was *ended from outside* when dl2 stopped it (a
+proven deadlock, its hang timeout, a failed rank, the user's interrupt: the session's
+``ending``) or when its ranks were killed together by something else (their launcher's
+timeout, the scheduler, the user's ``kill``).  The second shows in the traces alone: every
+rank that did not end cleanly stopped writing without an ``end`` record and without a
+failed operation (:func:`cut_off_ranks`).  Such a rank is read where its trace stops,
+blocked or running, as if still alive; a rank that raised or exited with an error failed
+on its own (:func:`failed_on_own`), and its peers' waits on it are orphaned instead.
+
+A job ended from outside while ranks were blocked in communication that waits on a rank
+outside communication (running Python code, computing, waiting on a file, a queue or a
+lock of its own) *hung*: :func:`hang_findings` names the blocked ranks, their operation
+and line, and the ranks they wait on with where those were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from dl2.analysis.deadlock import suspect_stack
+from dl2.analysis.deadlock import suspect_where
+from dl2.analysis.describe import op_ref
+from dl2.analysis.describe import phrase
+from dl2.analysis.describe import rank_list
+from dl2.analysis.describe import where
+from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.stuck import RankStatus
+from dl2.model.wait_for import WaitForGraph
+from dl2.report import Finding
+from dl2.report import FindingKind
+from dl2.trace.session import ENDED_BADLY
+from dl2.trace.session import EXITED
+from dl2.trace.session import FAILED
+from dl2.trace.session import KILLED
+from dl2.trace.session import Session
+
+#: a rank blocked at least this long when the job was ended from outside hung; shorter
+#: waits are a healthy job caught mid-step (dl2's hang timeout needs no such margin)
+HANG_AFTER_S = 3.0
+
+_WHERE = {
+    "python": "running Python code",
+    "backward": "inside backward()",
+    "comm": "inside a communication call dl2 did not record",
+}
+
+
+def failed_on_own(session: Session, graph: ExecutionGraph) -> frozenset[int]:
+    """Ranks whose process failed with evidence in their trace: an error raised by an
+    operation, or an ``end`` record (the program ended, then exited non-zero)."""
+    failed = set()
+    for rank, timeline in graph.timelines.items():
+        if session.process_state(rank) not in ENDED_BADLY:
+            continue
+        if timeline.ended is not None or graph.failed_ops(rank):
+            failed.add(rank)
+    return frozenset(failed)
+
+
+def cut_off_ranks(session: Session, graph: ExecutionGraph) -> frozenset[int]:
+    """Ranks killed together from outside dl2, read where their traces stop.
+
+    Empty when dl2 itself ended the job (its ranks are alive at the stop already), while
+    some rank still runs (or nothing is known of the processes), or when some rank
+    failed on its own (then the killed ranks died of that failure's
+    consequences, or alone: their peers' waits on them are orphaned).
+    """
+    if session.stopped_from_outside:
+        return frozenset()
+    if any(session.process_state(r) not in (EXITED, FAILED, KILLED) for r in graph.timelines):
+        return frozenset()  # the job has not ended, or nothing is known of its processes
+    silent = frozenset(
+        rank
+        for rank, timeline in graph.timelines.items()
+        if session.process_state(rank) in ENDED_BADLY and timeline.ended is None
+    )
+    if not silent or failed_on_own(session, graph) - silent:
+        return frozenset()
+    if any(graph.failed_ops(rank) for rank in silent):
+        return frozenset()
+    states = {session.process_state(rank) for rank in silent}
+    if KILLED in states and FAILED in states:
+        return frozenset()  # the signals are known: one rank crashed, the others were killed
+    return silent
+
+
+def _roots(wfg: WaitForGraph, rank: int) -> list[int]:
+    """The ranks outside communication that ``rank``'s wait leads to, nearest first."""
+    seen = {rank}
+    queue = [rank]
+    roots: list[int] = []
+    while queue:
+        current = queue.pop(0)
+        for target in wfg.nodes[current].targets if current in wfg.nodes else ():
+            if target in seen:
+                continue
+            seen.add(target)
+            status = wfg.status(target)
+            if status is RankStatus.BLOCKED:
+                queue.append(target)
+            elif not status.gone:
+                roots.append(target)
+    return roots
+
+
+def _root_text(graph: ExecutionGraph, wfg: WaitForGraph, rank: int) -> str:
+    """Where a rank others waited on was: its watchdog's view, else its last op."""
+    status = wfg.status(rank)
+    if status is RankStatus.NO_TRACE:
+        return f"rank {rank} (which left no trace)"
+    if status is RankStatus.SPINNING:
+        return f"rank {rank} (polling is_completed() in a loop)"
+    stack = suspect_stack(graph, rank)
+    state = _WHERE.get(suspect_where(graph, rank) or "", "outside communication")
+    if stack:
+        frame = stack[0]
+        at = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}"
+        return f"rank {rank} ({state} at {at} in {frame.function})"
+    timeline = graph.timelines.get(rank)
+    ops = timeline.ops if timeline is not None else ()
+    if ops:
+        return f"rank {rank} ({state}, after its {phrase(ops[-1])} at {where(ops[-1])})"
+    return f"rank {rank} ({state})"
+
+
+def hang_findings(
+    graph: ExecutionGraph,
+    wfg: WaitForGraph,
+    ending: str | None,
+    ended_outside: bool,
+    quiet: Mapping[int, float],
+) -> list[Finding]:
+    """The ranks blocked when the job was ended from outside, grouped by whom they wait on.
+
+    Args:
+        ending: the session's ending ("hang-timeout" needs no minimum wait).
+        ended_outside: the job was ended from outside (see the module's docstring).
+        quiet: seconds since each rank's last progress; a blocked rank counts when
+            quiet for :data:`HANG_AFTER_S`, or when unknown (a post-mortem trace).
+    """
+    if not ended_outside:
+        return []
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for rank, node in wfg.waiting.items():
+        if node.status is not RankStatus.BLOCKED or rank in wfg.deadlocked or not node.clauses:
+            continue
+        if ending != "hang-timeout" and quiet.get(rank, HANG_AFTER_S) < HANG_AFTER_S:
+            continue
+        roots = _roots(wfg, rank)
+        if roots:
+            groups.setdefault(tuple(roots), []).append(rank)
+    findings = []
+    for key, stuck in groups.items():
+        roots = list(key)
+        ops = [wfg.nodes[r].clauses[0].op for r in stuck]
+        parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in ops[:3]]
+        if len(ops) > 3:
+            parts.append(f"{len(ops) - 3} more")
+        waited = "; ".join(_root_text(graph, wfg, r) for r in roots[:3])
+        long = [quiet[r] for r in stuck if r in quiet]
+        during = f" for {max(long):.0f} s" if long and max(long) >= 1 else ""
+        message = (
+            f"{'; '.join(parts)}: blocked{during} until the job was ended, waiting on "
+            f"{waited}. The communication {'it' if len(stuck) == 1 else 'they'} waited for "
+            "was never issued."
+        )
+        first = ops[0]
+        if len({(phrase(o), where(o)) for o in ops}) == 1:
+            who = rank_list(stuck)  # all in the same call
+        else:
+            who = f"rank {first.rank} (and {len(stuck) - 1} more)"
+        findings.append(
+            Finding(
+                kind=FindingKind.HANG,
+                ranks=tuple(sorted({*stuck, *roots})),
+                ops=tuple(op_ref(o) for o in ops),
+                message=message[0].upper() + message[1:],
+                hint=(
+                    f"Look at what {rank_list(roots)} was doing at that line: every rank "
+                    "must reach the same communication calls; a rank waiting on a file, a "
+                    "queue, a lock or a sleep loop of its own leaves its peers blocked."
+                ),
+                group=ops[0].gid,
+                summary=(f"{who} blocked in {phrase(first)} ({where(first)}) waiting on {waited}"),
+            )
+        )
+    return findings

@@ -1,0 +1,112 @@
+"""The verdict model: how the job ended decides between hang, interrupted, job-failed, ok.
+
+Each case has its twin: the same trace read under another ending, or the healthy shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from dl2.analysis import analyze
+from dl2.analysis.ending import HANG_AFTER_S
+from dl2.report import FindingKind
+from dl2.report import Verdict
+from dl2.trace.session import ALIVE
+from dl2.trace.session import EXITED
+from dl2.trace.session import FAILED
+from dl2.trace.session import KILLED
+from dl2.trace.session import Session
+from trace_builders import RankBuilder
+from trace_builders import ranks
+from trace_builders import session
+
+
+def _rank1_outside_communication() -> list[RankBuilder]:
+    """Rank 0 blocked in its second all_reduce; rank 1 back in Python code after its first."""
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.call("all_reduce", 5, count=4)
+    r0.call("all_reduce", 9, count=4, complete=False)
+    r1.state([], "python", stack=(("train.py", 7, "wait_for_file"), ("train.py", 8, "main")))
+    return [r0, r1]
+
+
+def _ended(built: Session, ending: str | None) -> Session:
+    return replace(built, ending=ending)
+
+
+def test_ranks_killed_together_while_one_waits_on_a_rank_in_python_is_a_hang():
+    # GIVEN both ranks killed from outside (no end record, no error), rank 0 blocked
+    killed = session(_rank1_outside_communication(), states={0: KILLED, 1: KILLED})
+    report = analyze(_ended(killed, "finished"))
+    # THEN a hang naming the stuck op and line, and where the other rank was
+    assert report.verdict is Verdict.HANG and report.exit_code == 3
+    hang = report.findings[0]
+    assert hang.kind is FindingKind.HANG and hang.ranks == (0, 1)
+    assert [(o.rank, o.op, o.line) for o in hang.ops] == [(0, "all_reduce", 9)]
+    assert "rank 1 (running Python code at train.py:7 in wait_for_file)" in hang.summary
+    # the twin: the launcher did not say how they ended (a bare directory): not a hang
+    unknown = analyze(_ended(session(_rank1_outside_communication()), None))
+    assert unknown.verdict is Verdict.OK
+
+
+def test_a_rank_that_crashed_alone_is_a_failure_not_a_hang():
+    # GIVEN rank 1 crashed (SIGSEGV: FAILED) and rank 0, blocked on it, was then killed
+    crashed = session(_rank1_outside_communication(), states={0: KILLED, 1: FAILED})
+    report = analyze(_ended(crashed, "finished"))
+    # THEN the crash is the cause: the job failed, rank 0's wait is orphaned
+    assert report.verdict is Verdict.JOB_FAILED
+    assert FindingKind.HANG not in {f.kind for f in report.findings}
+    # and a rank that raised (its exit hook wrote "end") failed on its own too
+    builders = _rank1_outside_communication()
+    builders[1].end()
+    raised = analyze(_ended(session(builders, states={0: FAILED, 1: FAILED}), "finished"))
+    assert raised.verdict is not Verdict.HANG
+
+
+def test_dl2s_hang_timeout_is_a_hang_at_once_and_a_users_interrupt_after_a_while():
+    stopped = session(_rank1_outside_communication(), states={0: ALIVE, 1: ALIVE})
+    report = analyze(_ended(stopped, "hang-timeout"), quiet={0: 0.5, 1: 0.5})
+    assert report.verdict is Verdict.HANG
+    # Ctrl-C while rank 0 had waited long: a hang; after a short wait: interrupted
+    long = analyze(_ended(stopped, "interrupted"), quiet={0: HANG_AFTER_S + 1, 1: 9.0})
+    assert long.verdict is Verdict.HANG and "for 4 s" in long.findings[0].message
+    short = analyze(_ended(stopped, "interrupted"), quiet={0: 0.2, 1: 0.2})
+    assert short.verdict is Verdict.INTERRUPTED and short.exit_code == 130
+    assert short.findings == ()
+
+
+def test_an_interrupt_keeps_a_proven_deadlock_and_reports_defects_found_so_far():
+    r0, r1 = ranks(2)
+    r0.call("send", 10, peer=1, complete=False)
+    r1.call("send", 20, peer=0, complete=False)
+    deadlocked = session([r0, r1], states={0: ALIVE, 1: ALIVE})
+    assert analyze(_ended(deadlocked, "interrupted")).verdict is Verdict.DEADLOCK
+    # a finished mismatch, then Ctrl-C: interrupted, the mismatch listed
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 5, count=4)
+    r1.call("all_reduce", 5, count=8)
+    report = analyze(_ended(session([r0, r1], states={0: ALIVE, 1: ALIVE}), "interrupted"))
+    assert report.verdict is Verdict.INTERRUPTED
+    assert [f.kind for f in report.findings] == [FindingKind.COLLECTIVE_MISMATCH]
+
+
+def test_a_clean_run_is_ok_and_a_missing_trace_makes_it_incomplete():
+    r0, r1, r2 = ranks(3)
+    for r in (r0, r1, r2):
+        r.call("all_reduce", 5, count=4)
+        r.end()
+    assert analyze(session([r0, r1, r2], states=dict.fromkeys(range(3), EXITED))).verdict is (
+        Verdict.OK
+    )
+    report = analyze(session([r0, r2], states={0: EXITED, 2: EXITED}))
+    assert report.verdict is Verdict.INCOMPLETE and report.exit_code == 5
+    assert report.gaps == ("no readable trace from rank(s) 1",)
+
+
+def test_a_healthy_job_killed_mid_step_is_not_a_hang():
+    # GIVEN ranks killed together while rank 0 had waited 0.3 s on rank 1's compute
+    killed = session(_rank1_outside_communication(), states={0: KILLED, 1: KILLED})
+    report = analyze(_ended(killed, "finished"), quiet={0: 0.3, 1: 0.3})
+    # THEN no hang: a job caught mid-step, stopped from outside (never "ok")
+    assert report.verdict is Verdict.INTERRUPTED and report.exit_code == 130

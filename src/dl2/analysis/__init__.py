@@ -18,10 +18,10 @@ from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.describe import history_gap
 from dl2.analysis.describe import op_ref
-from dl2.analysis.hazards import order_inversion_findings
 from dl2.analysis.describe import rank_list
 from dl2.analysis.ending import cut_off_ranks
 from dl2.analysis.ending import hang_findings
+from dl2.analysis.hazards import order_inversion_findings
 from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
 from dl2.analysis.matching import nonmember_findings

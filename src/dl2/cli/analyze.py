@@ -35,8 +35,6 @@ class AnalyzeCommand:
     def run(self, args: argparse.Namespace) -> int:
         # the traces are read through the incremental model, a chunk of each at a time
         session, graph = stream_run(args.run_dir)
-        report = analyze(
-            session, graph=graph, quiet=run_quiet(args.run_dir), hazards=args.hazards
-        )
+        report = analyze(session, graph=graph, quiet=run_quiet(args.run_dir), hazards=args.hazards)
         emit(report, args.json, args.renderer, args.output)
         return report.exit_code

@@ -79,6 +79,8 @@ def run_dl2(case: Case, workdir: Path, log_dir: Path | None = None, steps: int =
         str(run_dir),
         "--json",
         str(report_path),
+        # a case run under an emulated eager buffer (header field ``buffer``)
+        *(["--buffer-size", case.fields["buffer"]] if "buffer" in case.fields else []),
         "-n",
         str(case.world),
         str(case.path),

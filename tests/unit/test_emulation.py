@@ -215,9 +215,14 @@ def test_recorded_semantics_from_the_headers() -> None:
 def test_a_run_under_an_emulated_buffer_is_judged_under_that_buffer() -> None:
     # GIVEN a send/send exchange of 64 bytes that completed under an emulated 64-byte buffer
     s = with_headers(eager_exchange(64), backend="gloo", emulate=(64, False))
+    # THEN with hazards off it is clean (the buffer it ran under holds its messages) ...
+    assert analyze(s, hazards=False).verdict is Verdict.OK
+    # ... and by default a hazard: it completed only because its sends were buffered
     report = analyze(s)
-    # THEN it is clean (the buffer it ran under holds its messages) ...
-    assert report.verdict is Verdict.OK, report.findings
+    assert report.verdict is Verdict.DEFECT, report.findings
+    (finding,) = report.findings
+    assert finding.message.startswith("Deadlocks when sends of 64 bytes or more are not buffered")
+    assert finding.ranks == (0, 1)
     # ... while under gloo (no buffer), which `dl2 predict` explores, it deadlocks
     recorded = recorded_semantics(s)
     prediction = predict(build_execution_graph(s), GLOO, recorded=recorded)

@@ -189,7 +189,6 @@ TWINS = {
     "matching_batches": lambda: batches(split=False),
     "batched_ring": batched_ring,
     "isend_irecv": isend_irecv_exchange,
-    "crossed_async_groups": crossed_async_groups,
     "ddp_like": ddp_like,
 }
 

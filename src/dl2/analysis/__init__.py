@@ -21,6 +21,7 @@ from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import rank_list
 from dl2.analysis.ending import cut_off_ranks
 from dl2.analysis.ending import hang_findings
+from dl2.analysis.hazards import order_inversion_findings
 from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
 from dl2.analysis.matching import nonmember_findings
@@ -28,6 +29,7 @@ from dl2.analysis.matching import p2p_findings
 from dl2.analysis.matching import p2p_mismatch_findings
 from dl2.analysis.prediction.findings import potential_deadlock_findings
 from dl2.analysis.prediction.fusion import fusion_findings
+from dl2.analysis.unwaited import unwaited_work_findings
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.stuck import RankStatus
@@ -58,10 +60,14 @@ class Context:
     ended_outside: bool = False
     #: warnings analyses add for the report (a search cut short, a step skipped)
     notes: list[str] = field(default_factory=list)
+    #: look for hazards the run did not hit (predictions, cross-group orders)
+    hazards: bool = True
 
 
 def _prediction(context: Context) -> list[Finding]:
     """Potential deadlocks under other backend configurations, if none happened."""
+    if not context.hazards:
+        return []
     findings, notes = potential_deadlock_findings(context.session, context.graph, context.wait_for)
     context.notes.extend(notes)
     return findings
@@ -89,8 +95,11 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "p2p": lambda c: p2p_findings(c.graph, c.job_ended),
     "p2p-mismatch": lambda c: p2p_mismatch_findings(c.graph),
     "busy-poll": lambda c: busy_poll_findings(c.graph, c.wait_for),
+    "unwaited-work": lambda c: unwaited_work_findings(c.graph, c.wait_for),
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),
     "prediction": _prediction,
+    # collectives of different groups issued in orders NCCL cannot complete
+    "order-inversion": lambda c: order_inversion_findings(c.graph, c.wait_for) if c.hazards else [],
     # fusion passes the run itself shows to depend on each rank's ready order
     "fusion": _fusion,
 }
@@ -102,6 +111,7 @@ _DEFECT_KINDS = {
     FindingKind.GROUP_MISMATCH,
     FindingKind.NONMEMBER_CALL,
     FindingKind.POTENTIAL_DEADLOCK,
+    FindingKind.UNWAITED_WORK,
 }
 
 
@@ -197,6 +207,7 @@ def analyze(
     job: Mapping[str, object] | None = None,
     graph: ExecutionGraph | None = None,
     wait_for: WaitForGraph | None = None,
+    hazards: bool = True,
 ) -> Report:
     """Analyse a session: match ops, find deadlocks and defects, decide the verdict.
 
@@ -207,6 +218,8 @@ def analyze(
         job: facts about the run to carry into the report (command, exit status).
         graph, wait_for: the session's graphs when the caller built them already (the
             live monitor does, to find the deadlock set); built here otherwise.
+        hazards: also report what would deadlock under another backend configuration
+            (the prediction, cross-group order inversions); False: only what happened.
     """
     if graph is None:
         graph = build_execution_graph(session)
@@ -220,7 +233,14 @@ def analyze(
     job_ended = bool(statuses) and all(s.gone for s in statuses)
     ended_outside = session.stopped_from_outside or bool(cut_off)
     context = Context(
-        session, graph, wfg, job_ended, quiet or {}, suspect_after, ended_outside=ended_outside
+        session,
+        graph,
+        wfg,
+        job_ended,
+        quiet or {},
+        suspect_after,
+        ended_outside=ended_outside,
+        hazards=hazards,
     )
     findings: list[Finding] = []
     for analysis in ANALYSES.values():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dl2.analysis import analyze
+from dl2.cli.options import add_hazards
 from dl2.cli.options import add_json
 from dl2.cli.options import add_run_dir
 from dl2.cli.output import emit
@@ -19,6 +20,7 @@ class AnalyzeCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_run_dir(parser)
         add_json(parser)
+        add_hazards(parser)
         parser.add_argument(
             "-r",
             "--renderer",
@@ -33,6 +35,6 @@ class AnalyzeCommand:
     def run(self, args: argparse.Namespace) -> int:
         # the traces are read through the incremental model, a chunk of each at a time
         session, graph = stream_run(args.run_dir)
-        report = analyze(session, graph=graph, quiet=run_quiet(args.run_dir))
+        report = analyze(session, graph=graph, quiet=run_quiet(args.run_dir), hazards=args.hazards)
         emit(report, args.json, args.renderer, args.output)
         return report.exit_code

@@ -50,3 +50,17 @@ def add_monitoring(parser: argparse.ArgumentParser, hang_timeout_help: str) -> N
 def add_buffer_size(parser: argparse.ArgumentParser, help: str) -> None:
     """``--buffer-size BYTES``: the eager sends to emulate."""
     parser.add_argument("--buffer-size", type=byte_size, metavar="BYTES", help=help)
+
+
+def add_hazards(parser: argparse.ArgumentParser) -> None:
+    """``--no-hazards``: report only what the run did, not what it would do elsewhere."""
+    parser.add_argument(
+        "--no-hazards",
+        dest="hazards",
+        action="store_false",
+        help=(
+            "do not report hazards the run did not hit (deadlocks under NCCL or with "
+            "unbuffered sends: cross-group collective orders, split batches, exchanges "
+            "that rely on buffering, wildcard races)"
+        ),
+    )

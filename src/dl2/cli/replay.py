@@ -85,6 +85,8 @@ class ReplayCommand:
             hang_timeout=args.hang_timeout,
             suspect_after=args.hang_timeout,
             on_deadlock="abort",
+            # a replay is judged under the configuration it emulates, nothing else
+            hazards=False,
         )
         outcome = run_plan(
             plan, config, replay_dir, options, on_report=lambda r: emit(r, None), notice=notice

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dl2.cli.options import add_buffer_size
+from dl2.cli.options import add_hazards
 from dl2.cli.options import add_json
 from dl2.cli.options import add_monitoring
 from dl2.cli.options import positive
@@ -94,6 +95,7 @@ class RunCommand:
             "returns without waiting for its receive, as NCCL's or MPI's eager sends do "
             "(default: gloo's, every send waits for its receive)",
         )
+        add_hazards(parser)
         parser.add_argument(
             "target", nargs=argparse.REMAINDER, help="SCRIPT [ARG ...] or -- COMMAND [ARG ...]"
         )
@@ -113,6 +115,7 @@ class RunCommand:
             hang_timeout=args.hang_timeout,
             suspect_after=args.suspect_after,
             on_deadlock=args.on_deadlock,
+            hazards=args.hazards,
         )
         address = _store_address(args, target)
         shared = SharedState(address, str(run_dir.resolve())) if address is not None else None

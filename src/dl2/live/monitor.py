@@ -82,6 +82,7 @@ class MonitorOptions:
             see its verdict before stopping its own ranks.
         window: ops the model keeps before it folds finished history (see
             :class:`dl2.model.incremental.Model`): the monitor's memory bound.
+        hazards: also report hazards the run did not hit (see :func:`dl2.analysis.analyze`).
     """
 
     poll_interval: float = 0.2
@@ -91,6 +92,7 @@ class MonitorOptions:
     low_space_bytes: int = 1 << 20
     ack_timeout: float = 5.0
     window: int | None = DEFAULT_WINDOW
+    hazards: bool = True
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,7 @@ class Monitor:
             suspect_after=self.options.suspect_after,
             graph=snapshot.graph if snapshot is not None else self.tailer.model.graph(),
             wait_for=snapshot.wfg if snapshot is not None else None,
+            hazards=self.options.hazards,
         )
 
     # -- the loop ---------------------------------------------------------------------

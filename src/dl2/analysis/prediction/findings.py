@@ -92,8 +92,12 @@ def potential_deadlock_findings(
 
     if recorded is not None and recorded != GLOO:
         # Run under an emulated configuration (dl2 run --buffer-size, dl2 replay): judged
-        # under that configuration; `dl2 predict` explores the others.
+        # under that configuration, and, when it buffered sends, with no buffer: an
+        # exchange that completed only because its sends were buffered deadlocks where
+        # they are not (NCCL's larger sends); `dl2 predict` explores the others.
         results = [(predictor.predict(recorded, recorded=recorded), False)]
+        if recorded.eager_bytes > 0 and not recorded.fused_batches_atomic:
+            results.append((predictor.predict(recorded.with_buffer(0), recorded=recorded), True))
     else:
         results = [
             (predictor.predict(GLOO, recorded=recorded), False),
@@ -151,8 +155,13 @@ def _condition(case: _Case) -> str:
     threshold = case.witness.threshold
     if not semantics.buffered:
         return f"under {semantics.name}"
+    if case.below_default and semantics.name != "nccl":
+        # an emulated buffer the run was recorded with, judged with none
+        if threshold is not None:
+            return f"when sends of {threshold:,} bytes or more are not buffered"
+        return "when sends are not buffered"
     if case.below_default:
-        default = NCCL.eager_bytes if semantics.name == "nccl" else semantics.eager_bytes
+        default = NCCL.eager_bytes
         if threshold is not None and threshold <= default:
             return (
                 f"under {semantics.name} when a send of {threshold:,} bytes exceeds the eager "

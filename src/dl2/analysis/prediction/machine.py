@@ -9,7 +9,8 @@ nothing.
 An op is *active* once posted, except under ``fused_batches_atomic``, where a batch (ops
 of one rank sharing a ``batch`` id) becomes active as one unit once all of its ops have
 been posted and each can be matched by an op its peer has posted; and except when
-``independent_groups`` is false, where a rank's units start one at a time, in issue order.
+``independent_groups`` is false, where a rank's units start one at a time, in issue order;
+under ``serial_batches`` a rank's batches (only) start one at a time, in issue order.
 Active ops then complete:
 
 * a collective, when every member has its op of the same slot (the i-th collective of the
@@ -96,6 +97,12 @@ class Machine:
         #: u -> the sender rank a receive accepts (WILD for any); -2 for other ops
         self.source = tuple(ch[1] if ch is not None else -2 for ch in program.channel)
         self.units = units  # atomic units of more than their own op; others are (u,)
+        #: u -> whether the unit it heads starts only after the rank's earlier such units
+        #: completed (one stream per rank)
+        self.serial = tuple(
+            not semantics.independent_groups or (semantics.serial_batches and u in units)
+            for u in range(n)
+        )
 
     def members_of(self, unit: int) -> tuple[int, ...]:
         return self.units.get(unit, (unit,))
@@ -260,7 +267,7 @@ class State:
         self.unit_posted[unit] += 1
         if self.unit_posted[unit] < len(self.m.members_of(unit)):
             return  # the rest of its batch is still to be posted
-        if self.m.semantics.independent_groups:
+        if not self.m.serial[unit]:
             self.start_or_hold(unit)
         else:
             queue = self.stream[p.ops[u].rank]
@@ -347,7 +354,7 @@ class State:
             if self.blocked.get(rank) == v:
                 del self.blocked[rank]
                 self.ready.append(rank)
-        if not self.m.semantics.independent_groups:
+        if self.m.serial[unit]:
             queue = self.stream[self.p.ops[u].rank]
             queue.popleft()
             if queue:

@@ -135,7 +135,9 @@ def build_program(graph: ExecutionGraph) -> Program:
     slot_need: list[int] = []
     slot_missing: list[tuple[int, ...]] = []
     for (gid, index), sid in sorted(slot_ids.items(), key=lambda item: item[1]):
-        missing = graph.slots[gid][index].missing
+        # slot_at, not slots[gid][index]: that builds the group's every slot (O(slots²))
+        found = graph.slot_at(gid, index)
+        missing = found.missing if found is not None else ()
         slot_missing.append(tuple(missing))
         never = any(r in graph.timelines for r in missing)
         slot_need.append(-1 if never else len(slot_ops[sid]))

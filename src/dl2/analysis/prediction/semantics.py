@@ -34,6 +34,18 @@ under another backend or configuration depends on a few facts, each a field of
       sends are received by a batch split differently on the peer is reported even where
       NCCL might progress it partially.
 
+``serial_batches``
+    Under ``fused_batches_atomic``, whether a rank's batches start one at a time, in
+    issue order (a batch starts once the rank's earlier batches completed).
+
+    * gloo: False (no group launch).
+    * NCCL: True.  A batch is one ``ncclGroupStart/End`` launched on the process group's
+      stream, and the kernels of one stream run in order: a batch that waits for a peer
+      holds the rank's later batches.  Two ranks that each post a batch of receives and
+      then a batch of sends (``[irecv]``, ``[isend]``) complete on gloo and hang on
+      NCCL; a rank whose one batch holds both directions meets a peer that splits them
+      (``[isend, irecv]`` against ``[isend]``, ``[irecv]``), which NCCL completes.
+
 ``any_source``
     Whether a receive from any source (``recv(src=None)``, a wildcard) exists, so that
     its sender can differ from the recorded one.
@@ -88,6 +100,7 @@ class Semantics:
         fused_batches_atomic: a batch starts as one unit once all its ops can be matched.
         independent_groups: works complete in any order (else in issue order per rank).
         any_source: wildcard receives may match another sender than recorded.
+        serial_batches: a rank's batches start one at a time, in issue order.
     """
 
     name: str
@@ -95,6 +108,7 @@ class Semantics:
     fused_batches_atomic: bool = False
     independent_groups: bool = True
     any_source: bool = True
+    serial_batches: bool = False
 
     @property
     def buffered(self) -> bool:
@@ -147,6 +161,7 @@ NCCL = Semantics(
     fused_batches_atomic=True,
     independent_groups=True,
     any_source=False,
+    serial_batches=True,
 )
 
 

@@ -1,0 +1,28 @@
+# dl2-case: label=defect world=2 category=unwaited-work
+# dl2-expect: ranks=0,1
+"""Rank 0 streams 5 chunks to rank 1 with isend in a loop and drops each Work (no
+wait()); rank 1 receives them with blocking recvs.  gloo moves a P2P message only while
+both works live: under plain gloo the dropped isends never transfer and rank 1 hangs in
+its first recv (measured, torch 2.13).  Under `dl2 run` the recorder holds each work
+until it completes, so the job completes; dl2 reports the dropped works (`defect`)."""
+
+import torch
+import torch.distributed as dist
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    chunks = [torch.full((16,), float(i)) for i in range(5)]
+    if rank == 0:
+        for chunk in chunks:
+            dist.isend(chunk, 1)  # dl2: culprit
+    else:
+        for chunk in chunks:
+            dist.recv(chunk, 0)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

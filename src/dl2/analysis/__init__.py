@@ -156,6 +156,8 @@ def _verdict(
         return Verdict.DEFECT
     if killed:
         return Verdict.INTERRUPTED  # killed from outside while no rank was stuck
+    if FindingKind.UNWAITED_WORK in kinds:
+        return Verdict.DEFECT  # a dropped work explains a peer's failure ("Connection closed")
     if any_failed:
         return Verdict.JOB_FAILED
     if wfg.deadlocked:

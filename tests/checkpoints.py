@@ -16,6 +16,7 @@ from dataclasses import replace
 from dl2.model.checkpoint import CheckpointRecord
 from dl2.model.program import channel_key
 from dl2.trace.schema.decode import DoneRecord
+from dl2.trace.schema.decode import DropRecord
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
@@ -29,7 +30,8 @@ _RETURN_COMPLETES = ("create_group", "monitored_barrier")
 
 def checkpoint_of(prefix: Sequence[Record], rank: int) -> CheckpointRecord | None:
     """The checkpoint standing for ``prefix`` (a rank's first records), or None when
-    none can: an op of the prefix failed (a checkpoint has no failures), or an op left
+    none can: an op of the prefix failed (a checkpoint has no failures), an op left
+    open was dropped (a checkpoint does not carry ``drop`` records yet), or an op left
     incomplete is followed on its channel by a complete one (the recorder marks such
     works done, since gloo completes a channel's messages in order, before it writes
     a checkpoint; a trace written otherwise cannot be cut there)."""
@@ -37,6 +39,7 @@ def checkpoint_of(prefix: Sequence[Record], rank: int) -> CheckpointRecord | Non
     returned: set[int] = set()
     complete: set[int] = set()
     failed: set[int] = set()
+    dropped: set[int] = set()
     sender: dict[int, int] = {}
     waiting: dict[int, WaitRecord] = {}
     for record in prefix:
@@ -63,7 +66,9 @@ def checkpoint_of(prefix: Sequence[Record], rank: int) -> CheckpointRecord | Non
                 complete.add(oid)
                 if src is not None:
                     sender[oid] = src
-    if failed:
+            case DropRecord(id=oid):
+                dropped.add(oid)
+    if failed or dropped - complete:
         return None
     channels: Counter[tuple[object, ...]] = Counter()
     last_complete: dict[tuple[object, ...], int] = {}

@@ -186,6 +186,11 @@ class RankBuilder:
         )
         return self
 
+    def drop(self, op_id: int) -> RankBuilder:
+        """A ``drop`` record: the work of async op ``op_id`` was dropped, never waited."""
+        self.records.append(encode.drop_line(op_id, self._time()))
+        return self
+
     def state(self, pending: list[int], where: str, stack: Frames = ()) -> RankBuilder:
         """A watchdog ``state`` record."""
         self.records.append(

@@ -1,10 +1,12 @@
-# dl2-case: label=defect world=2 category=unwaited-work
+# dl2-case: label=deadlock world=2 category=unwaited-work
 # dl2-expect: ranks=0,1
 """Rank 0 streams 5 chunks to rank 1 with isend in a loop and drops each Work (no
 wait()); rank 1 receives them with blocking recvs.  gloo moves a P2P message only while
 both works live: under plain gloo the dropped isends never transfer and rank 1 hangs in
-its first recv (measured, torch 2.13).  Under `dl2 run` the recorder holds each work
-until it completes, so the job completes; dl2 reports the dropped works (`defect`)."""
+its first recv (measured, torch 2.13), and rank 0 in the barrier.  Under `dl2 run` the
+recorder lets a dropped work go as well (a `drop` record), so the job hangs the same way:
+dl2 proves the deadlock (rank 1's recv waits on rank 0, which dropped the matching isend;
+rank 0's barrier waits on rank 1) and names the dropped isends (`unwaited-work`)."""
 
 import torch
 import torch.distributed as dist

@@ -88,8 +88,10 @@ def test_hazard_case(case: str, dl2_bin: Path, tmp_path: Path) -> None:
         assert report["findings"] == [], out
         return
     kinds = {f["kind"] for f in report["findings"]}
-    expected = "unwaited-work" if case.startswith("unwaited_work") else "potential-deadlock"
-    assert kinds == {expected}, out
+    expected = {"unwaited-work" if case.startswith("unwaited_work") else "potential-deadlock"}
+    if label == "deadlock":  # a dropped work hangs the job as it does without dl2
+        expected.add("deadlock")
+    assert kinds == expected, out
     named = {r for f in report["findings"] for r in f["ranks"]}
     assert named >= {int(r) for r in fields["ranks"].split(",")}, out
     lines = {
@@ -99,7 +101,7 @@ def test_hazard_case(case: str, dl2_bin: Path, tmp_path: Path) -> None:
         if os.path.basename(op["file"] or "") == f"{case}.py"
     }
     assert culprits <= lines, out
-    message = report["findings"][0]["message"]
+    message = report["findings"][-1]["message"]
     if case.startswith("unwaited_work"):
         assert "was never waited on" in message
     elif case.startswith("buffered_exchange"):

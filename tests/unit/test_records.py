@@ -18,6 +18,7 @@ from dl2.trace.schema import RECORD_KINDS
 from dl2.trace.schema import encode
 from dl2.trace.schema.decode import CorruptRecord
 from dl2.trace.schema.decode import DoneRecord
+from dl2.trace.schema.decode import DropRecord
 from dl2.trace.schema.decode import Emulation
 from dl2.trace.schema.decode import EndRecord
 from dl2.trace.schema.decode import Frame
@@ -40,6 +41,7 @@ RECORD_TYPES = (
     RetRecord,
     WaitRecord,
     DoneRecord,
+    DropRecord,
     NewGroupRecord,
     NonMemberRecord,
     StateRecord,
@@ -238,6 +240,10 @@ def test_wait_round_trip():
 @pytest.mark.parametrize("src", [None, 0, 5])
 def test_done_round_trip(src):
     assert decode(encode.done_line(3, 4, src)) == DoneRecord(id=3, t=4, src=src)
+
+
+def test_drop_round_trip():
+    assert decode(encode.drop_line(3, 4)) == DropRecord(id=3, t=4)
 
 
 @pytest.mark.parametrize(("ranks", "gid"), [([0, 2], "1"), ([1, 3], None), (None, 'x"y')])

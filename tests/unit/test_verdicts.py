@@ -123,3 +123,28 @@ def test_ranks_killed_after_another_rank_exited_are_not_killed_from_outside():
     assert [(f.kind, f.ranks) for f in report.findings] == [
         (FindingKind.COLLECTIVE_MISSING, (0, 1))
     ]
+
+
+def test_a_receive_whose_matching_isend_was_dropped_waits_on_the_dropper_for_good():
+    # GIVEN rank 0 drops the work of an isend to rank 1 and enters a barrier; rank 1 sits
+    # in the matching recv
+    def build(dropped: bool) -> Session:
+        r0, r1 = ranks(2)
+        sent = r0.isend(19, peer=1, count=16)
+        r0.ret(sent)
+        if dropped:
+            r0.drop(sent)
+        r0.call("barrier", 23, complete=False)
+        r1.call("recv", 22, peer=0, count=16, complete=False)
+        return session([r0, r1], states={0: ALIVE, 1: ALIVE})
+
+    # THEN a deadlock that names the dropped isend, and the dropped work itself
+    report = analyze(build(dropped=True))
+    assert report.verdict is Verdict.DEADLOCK
+    cycle = report.findings[0]
+    assert cycle.cycle == (0, 1) and "dropped the Work of its matching isend" in cycle.message
+    assert "train.py:19" in cycle.message and "wait()" in cycle.hint
+    unwaited = [f for f in report.findings if f.kind is FindingKind.UNWAITED_WORK]
+    assert [(o.rank, o.line) for o in unwaited[0].ops] == [(0, 19), (1, 22)]
+    # the twin: the isend still live, the recv is about to complete: no deadlock
+    assert analyze(build(dropped=False)).verdict is Verdict.OK

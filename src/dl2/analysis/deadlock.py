@@ -36,6 +36,14 @@ def _stuck_op(node: RankNode) -> Op:
 def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -> str | None:
     """Why an unmatched P2P op has no partner: wrong tag or wrong peer, if visible."""
     op = clause.op
+    if clause.reason == "dropped":
+        partner = graph.p2p_partner.get(op_key(op))
+        if partner is not None:
+            name = partner.api if partner.api in ("isend", "irecv") else partner.op
+            return (
+                f"rank {partner.rank} dropped the Work of its matching {name} "
+                f"({where(partner)}) without wait(): gloo never moves that message"
+            )
     if op.kind != "p2p" or op.peer is None:
         return None
     peer_node = wfg.nodes.get(op.peer)
@@ -101,6 +109,11 @@ def _store_finding(wfg: WaitForGraph, node: RankNode) -> Finding:
 
 def _hint(ops: list[Op], notes: list[str]) -> str:
     kinds = {o.op for o in ops}
+    if any("without wait()" in n for n in notes):
+        return (
+            "Keep the Work that isend/irecv (or batch_isend_irecv) returns and call wait() on "
+            "it: a dropped P2P work never transfers on gloo."
+        )
     if any(o.kind == "store" for o in ops):
         return _STORE_HINT
     if any(n.startswith("tags differ") for n in notes):

@@ -7,13 +7,15 @@ drops the work, or exits with it outstanding, may tear the pair down before the
 transfer: the peer then hangs in its receive or fails with "Connection closed by peer",
 now and then, even when this run happened to complete.
 
-Reported: a send or receive issued async, on a rank whose program ended, with no
-``wait`` record, never seen complete (a ``done`` record: ``is_completed()`` returned True
-or the recorder saw it finish), and no op of its batch waited on or complete (a wait on
-any work of a ``batch_isend_irecv`` counts for the batch).  Not reported: collectives
-(gloo completes them without a wait; DDP and FSDP wait on theirs in C++), blocking ops,
-eager sends of ``--buffer-size`` (delivered by the recorder), ops of ranks still running,
-ops no peer op matches (``p2p-unmatched`` reports those).
+Reported: a send or receive whose work the rank dropped before it completed (a ``drop``
+record: the recorder lets such a work go, as gloo does without dl2), and one issued
+async, on a rank whose program ended, with no ``wait`` record, never seen complete (a
+``done`` record: ``is_completed()`` returned True or the recorder saw it finish), and no
+op of its batch waited on or complete (a wait on any work of a ``batch_isend_irecv``
+counts for the batch). Not reported: collectives (gloo completes them without a wait;
+DDP and FSDP wait on theirs in C++), blocking ops, eager sends of ``--buffer-size``
+(delivered by the recorder), ops of ranks still running, ops no peer op matches
+(``p2p-unmatched`` reports those).
 One finding per source line and rank; O(ops kept).
 """
 
@@ -45,13 +47,14 @@ def _settled(op: Op) -> bool:
 
 
 def unwaited_work_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
-    """Async sends and receives of ended ranks never waited on nor seen complete."""
+    """Async sends and receives dropped, or of ended ranks never waited on nor seen complete."""
     findings: list[Finding] = []
     for rank in sorted(graph.timelines):
         timeline = graph.timelines[rank]
-        if timeline.ended is None and wfg.status(rank) is not RankStatus.EXITED:
+        ended = timeline.ended is not None or wfg.status(rank) is RankStatus.EXITED
+        ops = timeline.ops if ended else tuple(op for op in timeline.ops if op.dropped)
+        if not ops:
             continue
-        ops = timeline.ops
         settled_batches = {op.batch for op in ops if op.batch is not None and _settled(op)}
         by_line: dict[tuple[str, str], list[Op]] = defaultdict(list)
         for op in ops:
@@ -80,10 +83,16 @@ def _finding(graph: ExecutionGraph, ops: list[Op]) -> Finding:
     name = first.api if first.api in ("isend", "irecv") else first.op
     peer = "any rank" if first.peer is None else f"rank {first.peer}"
     what = f"{name} {'to' if first.op == 'send' else 'from'} {peer}"
+    if first.dropped:
+        fate = "its Work was dropped before it completed. gloo never moves such a message"
+    else:
+        fate = (
+            f"its Work was dropped or still outstanding when rank {first.rank} {how}. On "
+            "gloo the transfer may never happen"
+        )
     message = (
-        f"rank {first.rank}'s {what} ({where(first)}){times} was never waited on: its "
-        f"Work was dropped or still outstanding when rank {first.rank} {how}. On gloo the "
-        "transfer may never happen: the peer hangs, or fails with 'Connection closed by peer'."
+        f"rank {first.rank}'s {what} ({where(first)}){times} was never waited on: {fate}: "
+        "the peer hangs, or fails with 'Connection closed by peer'."
     )
     partner = graph.p2p_partner.get(op_key(first))
     refs = [op_ref(first)]

@@ -30,7 +30,9 @@ What the model reads of a checkpoint (see :meth:`dl2.model.rank_state.RankModel.
 
 What a checkpoint cannot tell, and the model then does not claim: mismatches between an
 op of an earlier segment and one after it, failed ops of earlier segments, new_group
-calls and non-member calls of earlier segments.
+calls and non-member calls of earlier segments, store keys set before it, and which
+open ops were dropped (``drop`` records; to add: a ``dropped`` id list beside
+``issued``, until then a recorder must not cut a segment while a dropped op is open).
 """
 
 from __future__ import annotations

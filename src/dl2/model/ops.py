@@ -78,6 +78,9 @@ class Op:
     #: a P2P op of a batch under fused-batch emulation: issued only when its whole
     #: batch can launch (until its ``ret``, its rank sits in the batch call)
     deferred: bool = False
+    #: an async send or receive whose work its rank dropped before it completed, never
+    #: waited (a ``drop`` record): gloo never moves the message
+    dropped: bool = False
     #: a store op: the keys it waits for, as the caller named them (the op's ``gid``
     #: is the store's namespace, see :func:`store_key`)
     keys: tuple[str, ...] | None = None

@@ -32,6 +32,7 @@ from dl2.model.ops import store_op
 from dl2.model.stuck import stall_kind
 from dl2.trace.schema import STORE_SETS
 from dl2.trace.schema.decode import DoneRecord
+from dl2.trace.schema.decode import DropRecord
 from dl2.trace.schema.decode import EndRecord
 from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.schema.decode import NonMemberRecord
@@ -66,6 +67,7 @@ class OpState(msgspec.Struct, gc=False):
     error: str | None = None
     src: int | None = None
     waited_at: int | None = None
+    dropped: bool = False
     cached: Op | None = None
 
     @property
@@ -116,6 +118,7 @@ class OpState(msgspec.Struct, gc=False):
                 waited_at=self.waited_at,
                 eager=rec.eager,
                 deferred=rec.deferred,
+                dropped=self.dropped,
                 keys=None,
             )
         return op
@@ -243,6 +246,13 @@ class RankModel:
                 target = ops.get(rec.id)
                 if target is not None:
                     self._complete(target, rec.src)
+            elif kind is DropRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, DropRecord)
+                target = ops.get(rec.id)
+                if target is not None and not target.completed:
+                    target.dropped = True
+                    target.cached = None
             elif kind is StateRecord:
                 if TYPE_CHECKING:
                     assert isinstance(rec, StateRecord)

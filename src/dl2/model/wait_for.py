@@ -45,7 +45,8 @@ class Clause:
         op: the op that cannot complete yet.
         targets: ranks that must act (post their part) for it to complete.
         any_of: True if any one target suffices (wildcard receive), else all must.
-        reason: "unmatched" (P2P), "missing" or "mismatch" (collective), "group",
+        reason: "unmatched" or "dropped" (P2P: its partner's work was dropped),
+            "missing" or "mismatch" (collective), "group",
             "store" (keys no rank has set).
     """
 
@@ -109,6 +110,11 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
             if partner.deferred and not partner.issued and partner.error is None:
                 # Its partner belongs to a fused batch that has not launched yet.
                 return Clause(op, (partner.rank,), False, "unmatched")
+            if partner.dropped:
+                # gloo never moves a message whose work one side dropped: the op waits
+                # on that rank for good (read as a wait on it, it never makes a deadlock
+                # of a rank that can still move)
+                return Clause(op, (partner.rank,), False, "dropped")
             return None
         if op.op == "recv" and op.peer is None:
             others = tuple(r for r in graph.group_members(op.gid) if r != rank)

@@ -262,7 +262,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             rec.ret(oid)
             try:
                 rec.add_pending(oid, work, anyranks)
-                return RecordedWork(work, oid, rec, anyranks)
+                return RecordedWork(work, oid, rec, anyranks, p2p=point_to_point)
             except Exception:
                 return work
         # A blocking call (asyncOp=False, or c10d's send/recv): the API waits on the work

@@ -21,6 +21,8 @@ import torch.distributed as dist
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
 from dl2.record.stack import user_stack
+from dl2.trace.schema.encode import done_line
+from dl2.trace.schema.encode import drop_line
 from dl2.trace.schema.encode import ret_line
 from dl2.trace.schema.encode import wait_line
 
@@ -114,9 +116,18 @@ class RecordedWork(ForwardingWork):
         anyranks: for a wildcard recv, the group's global ranks (to name the sender).
         waited: for a blocking P2P op already waited on (and recorded) by the group,
             the result its wait() returns again without waiting.
+        p2p: a send or receive: dropped by its owner before it completed, it is let go
+            (see :meth:`__del__`).
     """
 
-    __slots__ = ("_dl2_anyranks", "_dl2_oid", "_dl2_poll_stack", "_dl2_rec", "_dl2_waited")
+    __slots__ = (
+        "_dl2_anyranks",
+        "_dl2_oid",
+        "_dl2_p2p",
+        "_dl2_poll_stack",
+        "_dl2_rec",
+        "_dl2_waited",
+    )
 
     def __init__(
         self,
@@ -125,6 +136,7 @@ class RecordedWork(ForwardingWork):
         recorder: Recorder,
         anyranks: list[int] | None,
         waited: bool | None = None,
+        p2p: bool = False,
     ) -> None:
         _work_init(self)
         self._dl2_work = inner
@@ -132,7 +144,32 @@ class RecordedWork(ForwardingWork):
         self._dl2_rec = recorder
         self._dl2_anyranks = anyranks
         self._dl2_waited = waited
+        self._dl2_p2p = p2p
         self._dl2_poll_stack: str | None = None
+
+    def __del__(self) -> None:
+        """The owner dropped a send or receive it never waited on.
+
+        gloo moves a P2P message only while both sides' works live: a dropped one never
+        transfers.  The recorder's pending table would keep it alive (and the job would
+        complete under dl2 only), so the work is let go here, with a ``drop`` record
+        (held back to the next write: no syscall in a finaliser); one that completed
+        meanwhile gets its ``done`` instead.
+        """
+        if not self._dl2_p2p:
+            return
+        try:
+            rec = self._dl2_rec
+            oid = self._dl2_oid
+            if rec.pending.pop(oid, None) is None or rec.fd < 0:
+                return  # waited on, seen complete, or not recording
+            inner = self._dl2_work
+            if inner.is_completed():
+                rec.tail.append(done_line(oid, _now(), source_of(inner, self._dl2_anyranks)))
+            else:
+                rec.tail.append(drop_line(oid, _now()))
+        except Exception:
+            pass
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         """Wait for the op, between a ``wait`` and a ``ret`` record; returns gloo's bool."""

@@ -75,6 +75,10 @@ Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
 ``wait``     ``id``, ``t``, ``tid``, ``work`` (the op id waited on), ``stack``.
 ``done``     an async op was seen complete: ``id`` (the op id), ``t``, ``src`` (a wildcard
              recv only).
+``drop``     the user dropped the work of an async send or receive (``id``, the op id;
+             ``t``) before it completed and without waiting on it: gloo then never moves
+             the message, so the recorder lets go of the work too (the job behaves as
+             without dl2) and the peer's matching op can never complete.
 ``newgroup`` a call of new_group by any rank, member or not: ``id``, ``t``, ``ranks``
              (null means all), ``gid`` (null for a non-member), ``stack``.
 ``nonmember`` a collective called on a group this rank is not a member of (torch skips it
@@ -124,12 +128,12 @@ MAGIC = "dl2-trace"
 #   1: first version (header + op/ret/wait/done/newgroup/nonmember/state/end records).
 #      Later additions, optional and ignored by older readers: header "emulate", op
 #      "eager" and "deferred", per-tensor "splits" of all_reduce_coalesced, the
-#      "store" record (older readers keep it as a record of an unknown kind).
+#      "store" and "drop" records (older readers keep them as records of an unknown kind).
 FORMAT_VERSION = 1
 
 #: The kinds of record after the header, as the ``"k"`` key names them.
 RECORD_KINDS = frozenset(
-    {"op", "ret", "wait", "done", "newgroup", "nonmember", "state", "end", "store"}
+    {"op", "ret", "wait", "done", "drop", "newgroup", "nonmember", "state", "end", "store"}
 )
 
 #: ``store`` ops that wait until their keys are set (``block`` true)

@@ -180,6 +180,13 @@ class DoneRecord(_Record, tag="done", frozen=True):
     src: int | None = None
 
 
+class DropRecord(_Record, tag="drop", frozen=True):
+    """The work of async P2P op ``id`` was dropped before it completed, never waited."""
+
+    id: int
+    t: int = 0
+
+
 class NewGroupRecord(_Record, tag="newgroup", frozen=True):
     """A call of new_group (``ranks`` None: all; ``gid`` None: not a member)."""
 
@@ -246,6 +253,7 @@ KnownRecord = (
     | RetRecord
     | WaitRecord
     | DoneRecord
+    | DropRecord
     | NewGroupRecord
     | NonMemberRecord
     | StateRecord

@@ -271,6 +271,11 @@ def done_line(oid: int, t: int, src: int | None = None) -> str:
     return f'{{"k":"done","id":{oid},"t":{t}}}\n'
 
 
+def drop_line(oid: int, t: int) -> str:
+    """A ``drop`` record: the work of async P2P op ``oid`` was dropped, never waited."""
+    return f'{{"k":"drop","id":{oid},"t":{t}}}\n'
+
+
 def newgroup_line(
     nid: int, t: int, ranks: Sequence[int] | None, gid: str | None, stack: str
 ) -> str:

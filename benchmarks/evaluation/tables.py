@@ -158,9 +158,10 @@ def docs_section(
         "",
         "What the columns mean (full definitions in `benchmarks/evaluate.py` and "
         "`benchmarks/cases/README.md`): *cases* counts labels deadlock/defect/ok; a positive "
-        "is a `deadlock` or `defect` verdict of `dl2 run --hang-timeout "
-        f"{HANG_TIMEOUT_S}`; *verdict = label* also accepts `defect` for nondeterministic "
-        "cases; *exact culprit* = findings name ⊇ the expected ranks and every "
+        "is a `deadlock`, `hang` or `defect` verdict of `dl2 run --hang-timeout "
+        f"{HANG_TIMEOUT_S}` (a case with `interrupt=S` gets SIGINT S seconds in, as from a "
+        "user); *verdict = label* also accepts `defect` for nondeterministic cases and "
+        "`hang` for deadlock cases; *exact culprit* = findings name ⊇ the expected ranks and every "
         "`# dl2: culprit` line; *latency* = seconds from the last trace record of any rank "
         "(the job stopped progressing or ended) to dl2's exit, or dl2's own `detected_after` "
         "(run.json) for deadlocks proven live, over positive verdicts.",

@@ -123,7 +123,7 @@ def _verdict(
     session: Session,
     killed: bool,
 ) -> Verdict:
-    """The one word for the run; the order of the rules is the README's table."""
+    """The one word for the run: the first rule that applies (docs/design.md, "Verdicts")."""
     kinds = {f.kind for f in findings}
     if FindingKind.DEADLOCK in kinds:
         return Verdict.DEADLOCK
@@ -154,8 +154,6 @@ def _verdict(
         for f in findings
     ):
         return Verdict.DEFECT
-    if killed:
-        return Verdict.INTERRUPTED  # killed from outside while no rank was stuck
     if FindingKind.UNWAITED_WORK in kinds:
         return Verdict.DEFECT  # a dropped work explains a peer's failure ("Connection closed")
     if any_failed:
@@ -164,6 +162,8 @@ def _verdict(
         return Verdict.DEADLOCK
     if kinds & _DEFECT_KINDS:
         return Verdict.DEFECT
+    if killed:
+        return Verdict.INTERRUPTED  # killed from outside while no rank was stuck
     if _gaps(session):
         return Verdict.INCOMPLETE
     return Verdict.OK

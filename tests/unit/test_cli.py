@@ -60,3 +60,21 @@ def test_entry_points():
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0
         assert done.stdout.startswith("dl2 ")
+
+
+def test_dump_names_a_corrupt_record_where_it_stands(tmp_path, capsys):
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    (r0,) = ranks(1)
+    r0.call("all_reduce", 5, count=4)
+    r0.end()
+    path = next(write_run_dir([r0], tmp_path).glob("*.dl2.jsonl"))
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(2, '{"k":"op","id":"bad"}\n')
+    path.write_text("".join(lines))
+    assert main(["dump", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith(f"# {path}:3: corrupt record skipped")
+    kinds = [line.split('"k": "')[1].split('"')[0] for line in out if not line.startswith("#")]
+    assert kinds == ["header", "op", "ret", "wait", "ret", "end"]

@@ -20,14 +20,31 @@ class DumpCommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
-        trace = read_trace_file(args.file)  # checks the whole file first
-        # Printed as written (keys sorted), fields this dl2 does not know included.
+        trace = read_trace_file(args.file)  # checks the header, notes corrupt lines
+        # Printed as written (keys sorted), fields this dl2 does not know included; a
+        # corrupt line is named where it stands.
         lines = Path(args.file).read_bytes().split(b"\n")
         print(json.dumps(json.loads(lines[0]), sort_keys=True))
-        for record, line in zip(trace.records, lines[1:], strict=False):
+        skipped = {_line_of(note): note for note in trace.skipped}
+        records = iter(trace.records)
+        for number, line in enumerate(lines[1:], start=2):
+            if number in skipped:
+                print(f"# {skipped[number]}")
+                continue
+            if not line:
+                continue
+            record = next(records, None)
+            if record is None:
+                break  # a partial or corrupt last line: the note below
             if args.kind and record.kind not in args.kind:
                 continue
             print(json.dumps(json.loads(line), sort_keys=True))
         if trace.truncated:
             print(f"# {trace.truncated}")
         return 0
+
+
+def _line_of(note: str) -> int:
+    """The line number of a ``FILE:LINE: corrupt record skipped (...)`` note."""
+    head = note.split(": corrupt record skipped", 1)[0]
+    return int(head.rsplit(":", 1)[1])

@@ -11,14 +11,12 @@ finding), the ranks its finding names and its culprit lines; a header field
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import signal
-import subprocess
 from pathlib import Path
 
 import pytest
+from test_online import dl2_run
 
 CASES_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "cases"
 #: the hazard cases (each defect with its correct twin)
@@ -53,28 +51,14 @@ def _header(path: Path) -> tuple[dict[str, str], set[int]]:
 
 
 def _run(case: str, dl2_bin: Path, tmp_path: Path, *options: str) -> tuple[int, dict, str]:
+    """``dl2 run`` of a case (with its header's buffer), as :func:`test_online.dl2_run`."""
     path = CASES_DIR / f"{case}.py"
     fields, _ = _header(path)
-    report = tmp_path / "report.json"
     buffer = ["--buffer-size", fields["buffer"]] if "buffer" in fields else []
-    cmd = [str(dl2_bin), "run", "--hang-timeout", "30", "--json", str(report)]
-    cmd += [*buffer, *options, "--run-dir", str(tmp_path / "run"), "-n", fields["world"]]
-    cmd.append(str(path))
-    proc = subprocess.Popen(
-        cmd,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        pytest.fail(f"dl2 run {case} ran past {RUN_TIMEOUT_S} s:\n{out}")
-    return proc.returncode, json.loads(report.read_text()), out
+    args = ["--hang-timeout", "30", *buffer, *options, "-n", fields["world"], str(path)]
+    run = dl2_run(dl2_bin, tmp_path / "run", args, timeout=RUN_TIMEOUT_S)
+    assert run.returncode != -999, f"dl2 run {case} ran past {RUN_TIMEOUT_S} s:\n{run.output}"
+    return run.returncode, run.report, run.output
 
 
 @pytest.mark.timeout(150)

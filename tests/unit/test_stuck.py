@@ -345,3 +345,14 @@ def test_a_stall_report_blocks_the_rank_on_its_pending_works() -> None:
     assert blocked is not None and blocked.how == "stall"
     assert [o.id for o in blocked.ops] == [op_id]
     assert timelines[1].blocked is None
+
+
+def test_components_come_after_every_component_they_reach():
+    from dl2.model.stuck import strongly_connected_components
+
+    graph = {0: [1], 1: [0, 2], 2: [3], 3: [2, 4], 4: [], 5: [0]}
+    components = strongly_connected_components(graph)
+    assert sorted(map(tuple, components)) == [(0, 1), (2, 3), (4,), (5,)]
+    position = {rank: i for i, component in enumerate(components) for rank in component}
+    for rank, targets in graph.items():
+        assert all(position[t] <= position[rank] for t in targets)

@@ -148,3 +148,19 @@ def test_a_receive_whose_matching_isend_was_dropped_waits_on_the_dropper_for_goo
     assert [(o.rank, o.line) for o in unwaited[0].ops] == [(0, 19), (1, 22)]
     # the twin: the isend still live, the recv is about to complete: no deadlock
     assert analyze(build(dropped=False)).verdict is Verdict.OK
+
+
+def test_a_wide_hang_is_one_finding_naming_the_rank_outside_communication():
+    # GIVEN 1,200 ranks: 1,199 blocked in an all_reduce rank 1,199 never issued, it in Python
+    builders = ranks(1200)
+    for r in builders[:-1]:
+        r.call("all_reduce", 5, count=4, complete=False)
+    builders[-1].state([], "python", stack=(("train.py", 7, "load"),))
+    stopped = session(builders, states=dict.fromkeys(range(1200), ALIVE))
+    report = analyze(_ended(stopped, "interrupted"), quiet=dict.fromkeys(range(1200), 9.0))
+    # THEN one hang finding: every blocked rank, the one they wait on and where it was
+    assert report.verdict is Verdict.HANG
+    (hang,) = [f for f in report.findings if f.kind is FindingKind.HANG]
+    assert hang.ranks == tuple(range(1200)) and len(hang.ops) == 1199
+    assert hang.summary.startswith("ranks 0, 1, 2")
+    assert "waiting on rank 1199 (running Python code at train.py:7 in load)" in hang.summary

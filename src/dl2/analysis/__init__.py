@@ -122,6 +122,7 @@ def _verdict(
     left: frozenset[int],
     session: Session,
     killed: bool,
+    gaps: list[str],
 ) -> Verdict:
     """The one word for the run: the first rule that applies (docs/design.md, "Verdicts")."""
     kinds = {f.kind for f in findings}
@@ -164,7 +165,7 @@ def _verdict(
         return Verdict.DEFECT
     if killed:
         return Verdict.INTERRUPTED  # killed from outside while no rank was stuck
-    if _gaps(session):
+    if gaps:
         return Verdict.INCOMPLETE
     return Verdict.OK
 
@@ -265,12 +266,13 @@ def analyze(
     missing = session.missing_ranks()
     if missing:
         warnings.append(f"no trace from rank(s) {', '.join(map(str, missing))}")
+    gaps = _gaps(session)
     return Report(
-        verdict=_verdict(wfg, findings, any_failed, left, session, bool(cut_off)),
+        verdict=_verdict(wfg, findings, any_failed, left, session, bool(cut_off), gaps),
         findings=tuple(findings),
         ranks=_rank_states(wfg),
         world_size=session.world_size,
         warnings=tuple(warnings),
         job=dict(job or {}),
-        gaps=tuple(_gaps(session)),
+        gaps=tuple(gaps),
     )

@@ -287,6 +287,12 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
 
 #: frames of a hang suspect's stack quoted in its finding
 SUSPECT_FRAMES = 4
+#: what a watchdog ``state``'s "where" says of a rank outside recorded communication
+WHERE_TEXT = {
+    "python": "running Python code",
+    "backward": "inside backward()",
+    "comm": "inside a communication call dl2 did not record",
+}
 
 
 def suspect_stack(graph: ExecutionGraph, rank: int) -> tuple[Frame, ...]:
@@ -332,11 +338,7 @@ def hang_suspect_findings(
             continue
         stack = suspect_stack(graph, rank)
         location = f" at {stack[0].file}:{stack[0].line} (in {stack[0].function})" if stack else ""
-        state = {
-            "python": "running Python code",
-            "backward": "inside backward()",
-            "comm": "inside a communication call dl2 did not record",
-        }.get(suspect_where(graph, rank) or "", "outside communication")
+        state = WHERE_TEXT.get(suspect_where(graph, rank) or "", "outside communication")
         calls = ""
         if len(stack) > 1:
             calls = "; called from " + " <- ".join(_frame_text(f) for f in stack[1:SUSPECT_FRAMES])

@@ -7,7 +7,7 @@ timeout, the scheduler, the user's ``kill``).  The second shows in the traces al
 rank that did not end cleanly stopped writing without an ``end`` record and without a
 failed operation (:func:`cut_off_ranks`).  Such a rank is read where its trace stops,
 blocked or running, as if still alive; a rank that raised or exited with an error failed
-on its own (:func:`failed_on_own`), and its peers' waits on it are orphaned instead.
+on its own, and its peers' waits on it are orphaned instead.
 
 A job ended from outside while ranks were blocked in communication that waits on a rank
 outside communication (running Python code, computing, waiting on a file, a queue or a
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from dl2.analysis.deadlock import WHERE_TEXT
 from dl2.analysis.deadlock import suspect_stack
 from dl2.analysis.deadlock import suspect_where
 from dl2.analysis.describe import op_ref
@@ -27,6 +28,7 @@ from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.stuck import RankStatus
+from dl2.model.stuck import strongly_connected_components
 from dl2.model.wait_for import WaitForGraph
 from dl2.report import Finding
 from dl2.report import FindingKind
@@ -40,24 +42,6 @@ from dl2.trace.session import Session
 #: waits are a healthy job caught mid-step (dl2's hang timeout needs no such margin)
 HANG_AFTER_S = 3.0
 
-_WHERE = {
-    "python": "running Python code",
-    "backward": "inside backward()",
-    "comm": "inside a communication call dl2 did not record",
-}
-
-
-def failed_on_own(session: Session, graph: ExecutionGraph) -> frozenset[int]:
-    """Ranks whose process failed with evidence in their trace: an error raised by an
-    operation, or an ``end`` record (the program ended, then exited non-zero)."""
-    failed = set()
-    for rank, timeline in graph.timelines.items():
-        if session.process_state(rank) not in ENDED_BADLY:
-            continue
-        if timeline.ended is not None or graph.failed_ops(rank):
-            failed.add(rank)
-    return frozenset(failed)
-
 
 def cut_off_ranks(session: Session, graph: ExecutionGraph) -> frozenset[int]:
     """Ranks killed together from outside dl2, read where their traces stop.
@@ -65,49 +49,59 @@ def cut_off_ranks(session: Session, graph: ExecutionGraph) -> frozenset[int]:
     Empty when dl2 itself ended the job (its ranks are alive at the stop already), while
     some rank still runs (or nothing is known of the processes), when some rank's
     program reached its exit hook (the others were ended because of it), or when some
-    rank failed on its own (then the killed ranks died of that failure's
+    rank failed on its own: an op of it raised, or the signals are known and one rank
+    crashed while the others were killed (the killed ranks then died of that failure's
     consequences, or alone: their peers' waits on them are orphaned).
     """
     if session.stopped_from_outside:
         return frozenset()
-    if any(session.process_state(r) not in (EXITED, FAILED, KILLED) for r in graph.timelines):
+    timelines = graph.timelines
+    states = {rank: session.process_state(rank) for rank in timelines}
+    if any(state not in (EXITED, FAILED, KILLED) for state in states.values()):
         return frozenset()  # the job has not ended, or nothing is known of its processes
-    if any(timeline.ended == "exit" for timeline in graph.timelines.values()):
+    if any(timeline.ended == "exit" for timeline in timelines.values()):
         # a rank's program ran to its exit hook (finished, or raised and exited): a
         # launcher that kills the others then (torchrun, mp.spawn) reacts to that rank
         return frozenset()
-    silent = frozenset(
-        rank
-        for rank, timeline in graph.timelines.items()
-        if session.process_state(rank) in ENDED_BADLY and timeline.ended is None
-    )
-    if not silent or failed_on_own(session, graph) - silent:
+    silent = frozenset(rank for rank, state in states.items() if state in ENDED_BADLY)
+    if any(timelines[rank].ended is not None for rank in silent):
+        return frozenset()  # it ended its program, then failed: on its own
+    if not silent or any(graph.failed_ops(rank) for rank in silent):
         return frozenset()
-    if any(graph.failed_ops(rank) for rank in silent):
-        return frozenset()
-    states = {session.process_state(rank) for rank in silent}
-    if KILLED in states and FAILED in states:
+    if {states[rank] for rank in silent} >= {KILLED, FAILED}:
         return frozenset()  # the signals are known: one rank crashed, the others were killed
     return silent
 
 
-def _roots(wfg: WaitForGraph, rank: int) -> list[int]:
-    """The ranks outside communication that ``rank``'s wait leads to, nearest first."""
-    seen = {rank}
-    queue = [rank]
-    roots: list[int] = []
-    while queue:
-        current = queue.pop(0)
-        for target in wfg.nodes[current].targets if current in wfg.nodes else ():
-            if target in seen:
-                continue
-            seen.add(target)
-            status = wfg.status(target)
-            if status is RankStatus.BLOCKED:
-                queue.append(target)
-            elif not status.gone:
-                roots.append(target)
-    return roots
+def _roots(wfg: WaitForGraph) -> dict[int, tuple[int, ...]]:
+    """For each blocked rank outside the deadlock set, the ranks outside communication its
+    wait leads to (directly or through other blocked ranks), ascending.
+
+    One pass over the blocked ranks' strongly connected components, sinks first (a
+    component's roots are its own free targets and those of the components it reaches):
+    O(blocked ranks + their wait edges), whatever the world size.
+    """
+    blocked = {
+        rank
+        for rank, node in wfg.waiting.items()
+        if node.status is RankStatus.BLOCKED and rank not in wfg.deadlocked
+    }
+    inner = {r: [t for t in wfg.nodes[r].targets if t in blocked] for r in blocked}
+    roots: dict[int, frozenset[int]] = {}
+    for component in strongly_connected_components(inner):
+        members = set(component)
+        found: set[int] = set()
+        for rank in component:
+            for target in wfg.nodes[rank].targets:
+                if target in blocked:
+                    if target not in members:
+                        found |= roots[target]
+                elif target not in wfg.deadlocked and not wfg.status(target).gone:
+                    found.add(target)
+        shared = frozenset(found)
+        for rank in component:
+            roots[rank] = shared
+    return {rank: tuple(sorted(found)) for rank, found in roots.items()}
 
 
 def _root_text(graph: ExecutionGraph, wfg: WaitForGraph, rank: int) -> str:
@@ -118,7 +112,7 @@ def _root_text(graph: ExecutionGraph, wfg: WaitForGraph, rank: int) -> str:
     if status is RankStatus.SPINNING:
         return f"rank {rank} (polling is_completed() in a loop)"
     stack = suspect_stack(graph, rank)
-    state = _WHERE.get(suspect_where(graph, rank) or "", "outside communication")
+    state = WHERE_TEXT.get(suspect_where(graph, rank) or "", "outside communication")
     if stack:
         frame = stack[0]
         at = f"{frame.file.rsplit('/', 1)[-1]}:{frame.line}"
@@ -148,17 +142,17 @@ def hang_findings(
     if not ended_outside:
         return []
     groups: dict[tuple[int, ...], list[int]] = {}
+    roots_of = _roots(wfg)
     for rank, node in wfg.waiting.items():
         if node.status is not RankStatus.BLOCKED or rank in wfg.deadlocked or not node.clauses:
             continue
         if ending != "hang-timeout" and quiet.get(rank, HANG_AFTER_S) < HANG_AFTER_S:
             continue
-        roots = _roots(wfg, rank)
-        if roots:
-            groups.setdefault(tuple(roots), []).append(rank)
+        if roots_of.get(rank):
+            groups.setdefault(roots_of[rank], []).append(rank)
     findings = []
     for key, stuck in groups.items():
-        roots = list(key)
+        roots = list(key)  # the ranks outside communication they wait on
         ops = [wfg.nodes[r].clauses[0].op for r in stuck]
         parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in ops[:3]]
         if len(ops) > 3:

@@ -10,6 +10,7 @@ from dl2.cli.options import add_json
 from dl2.cli.options import add_run_dir
 from dl2.cli.output import emit
 from dl2.model.incremental import stream_run
+from dl2.trace.session import read_run_meta
 from dl2.trace.session import run_quiet
 
 
@@ -35,6 +36,8 @@ class AnalyzeCommand:
     def run(self, args: argparse.Namespace) -> int:
         # the traces are read through the incremental model, a chunk of each at a time
         session, graph = stream_run(args.run_dir)
-        report = analyze(session, graph=graph, quiet=run_quiet(args.run_dir), hazards=args.hazards)
+        report = analyze(
+            session, graph=graph, quiet=run_quiet(read_run_meta(args.run_dir)), hazards=args.hazards
+        )
         emit(report, args.json, args.renderer, args.output)
         return report.exit_code

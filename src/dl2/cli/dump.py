@@ -25,7 +25,7 @@ class DumpCommand:
         # corrupt line is named where it stands.
         lines = Path(args.file).read_bytes().split(b"\n")
         print(json.dumps(json.loads(lines[0]), sort_keys=True))
-        skipped = {_line_of(note): note for note in trace.skipped}
+        skipped = dict(trace.skipped)
         records = iter(trace.records)
         for number, line in enumerate(lines[1:], start=2):
             if number in skipped:
@@ -42,9 +42,3 @@ class DumpCommand:
         if trace.truncated:
             print(f"# {trace.truncated}")
         return 0
-
-
-def _line_of(note: str) -> int:
-    """The line number of a ``FILE:LINE: corrupt record skipped (...)`` note."""
-    head = note.split(": corrupt record skipped", 1)[0]
-    return int(head.rsplit(":", 1)[1])

@@ -53,7 +53,8 @@ def conclude(
         report = replace(report, warnings=(*report.warnings, *extra))
     failed = outcome.job_exit_code != 0 or outcome.reason != "finished"
     if report.verdict is Verdict.OK and outcome.reason == "hang-timeout":
-        report = replace(report, verdict=Verdict.HANG)  # every live rank sat in communication
+        # every live rank sat in calls the model saw matched, yet none returned
+        report = replace(report, verdict=Verdict.HANG)
     elif report.verdict is Verdict.OK and failed:
         report = replace(report, verdict=Verdict.JOB_FAILED)
     emit(report, json_path)

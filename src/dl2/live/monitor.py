@@ -211,7 +211,6 @@ class Monitor:
             run_dir=str(self.run_dir),
             warnings=list(self.tailer.errors),
             ending=ending,
-            unreadable=list(self.tailer.errors),
         )
 
     def quiet(self, now: float) -> dict[int, float]:

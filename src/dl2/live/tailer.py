@@ -66,7 +66,7 @@ class _File:
     stall: bool = False
     partial_since: float | None = None
     lineno: int = 2  # of the first record line not consumed yet
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)
 
     def feed(self, data: bytes, now: float, keep: bool) -> list[Record]:
         """Parse ``data`` (what follows ``offset``); returns the new records."""

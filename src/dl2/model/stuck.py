@@ -194,8 +194,18 @@ def shortest_cycle(waits: Mapping[int, Iterable[int]]) -> tuple[int, ...]:
 
 
 def _cyclic_components(graph: Mapping[int, Sequence[int]]) -> list[list[int]]:
-    """The strongly connected components that hold a cycle (Tarjan, iteratively), each
-    as its ranks ascending."""
+    """The strongly connected components that hold a cycle, each as its ranks ascending."""
+    return [
+        component
+        for component in strongly_connected_components(graph)
+        if len(component) > 1 or component[0] in graph[component[0]]
+    ]
+
+
+def strongly_connected_components(graph: Mapping[int, Sequence[int]]) -> list[list[int]]:
+    """Every strongly connected component of ``graph`` (Tarjan, iteratively; every target
+    must be a key), each as its ranks ascending, in reverse topological order: a
+    component comes after every component it reaches.  O(nodes + edges)."""
     index: dict[int, int] = {}
     low: dict[int, int] = {}
     on_stack: set[int] = set()
@@ -229,8 +239,7 @@ def _cyclic_components(graph: Mapping[int, Sequence[int]]) -> list[list[int]]:
                         component.append(member)
                         if member == node:
                             break
-                    if len(component) > 1 or node in graph[node]:
-                        found.append(sorted(component))
+                    found.append(sorted(component))
                 if work:
                     parent = work[-1][0]
                     low[parent] = min(low[parent], low[node])

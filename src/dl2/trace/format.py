@@ -57,14 +57,15 @@ class RankTrace:
         header: the header record.
         records: every complete record after the header, in file order.
         truncated: a sentence describing a partial last record, or None.
-        skipped: one note per corrupt record skipped before the last line.
+        skipped: (line number, note naming file and line) per corrupt record skipped
+            before the last line.
     """
 
     path: str
     header: Header
     records: tuple[Record, ...]
     truncated: str | None = None
-    skipped: tuple[str, ...] = ()
+    skipped: tuple[tuple[int, str], ...] = ()
 
     @property
     def rank(self) -> int:
@@ -111,14 +112,14 @@ class Parsed:
         consumed: bytes of the complete lines before any such last line: where a
             reader resumes.
         lines: how many lines those bytes hold (records and skipped lines).
-        skipped: one note per corrupt line before the last, naming file and line.
+        skipped: (line number, note naming file and line) per corrupt line before the last.
     """
 
     records: list[Record]
     truncated: str | None
     consumed: int
     lines: int
-    skipped: list[str]
+    skipped: list[tuple[int, str]]
 
 
 def parse_records(data: bytes, path: str, first_lineno: int = 1) -> Parsed:
@@ -131,7 +132,7 @@ def parse_records(data: bytes, path: str, first_lineno: int = 1) -> Parsed:
     from dl2.trace.schema.decode import decode_record
 
     records: list[Record] = []
-    skipped: list[str] = []
+    skipped: list[tuple[int, str]] = []
     consumed = 0
     lines = list(_iter_lines(data))
     for index, (lineno, line, complete) in enumerate(lines):
@@ -146,7 +147,7 @@ def parse_records(data: bytes, path: str, first_lineno: int = 1) -> Parsed:
             if index == len(lines) - 1:
                 note = f"last record is corrupt (line {number})"
                 return Parsed(records, note, consumed, done, skipped)
-            skipped.append(f"{path}:{number}: corrupt record skipped ({err})")
+            skipped.append((number, f"{path}:{number}: corrupt record skipped ({err})"))
         consumed += len(line) + 1
     return Parsed(records, None, consumed, len(lines), skipped)
 

@@ -66,7 +66,6 @@ class Session:
             ``reason``): "finished" (its processes ended on their own), "deadlock",
             "hang-timeout" or "rank-failed" (dl2 stopped it), "interrupted" (the user
             stopped dl2), or None when nothing is known (a bare directory).
-        unreadable: trace files that could not be read at all (one note each).
     """
 
     traces: Mapping[int, RankTrace]
@@ -74,7 +73,6 @@ class Session:
     warnings: tuple[str, ...] = ()
     run_dir: str | None = None
     ending: str | None = None
-    unreadable: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -137,7 +135,6 @@ def build_session(
     run_dir: str | None = None,
     warnings: list[str] | None = None,
     ending: str | None = None,
-    unreadable: list[str] | None = None,
 ) -> Session:
     """Assemble a session from traces; the newest file wins when a rank has several."""
     notes = list(warnings or [])
@@ -155,7 +152,7 @@ def build_session(
     for rank, trace in sorted(by_rank.items()):
         if trace.truncated:
             notes.append(f"rank {rank}: {trace.truncated}; the rank probably died while writing it")
-        notes.extend(trace.skipped[:MAX_SKIP_NOTES])
+        notes.extend(note for _, note in trace.skipped[:MAX_SKIP_NOTES])
         if len(trace.skipped) > MAX_SKIP_NOTES:
             notes.append(f"rank {rank}: {len(trace.skipped)} corrupt records skipped in all")
     return Session(
@@ -164,7 +161,6 @@ def build_session(
         warnings=tuple(notes),
         run_dir=run_dir,
         ending=ending,
-        unreadable=tuple(unreadable or ()),
     )
 
 
@@ -190,33 +186,32 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
     if not traces:
         raise TraceFormatError(errors[0])
     warnings.extend(f"skipped {e}" for e in errors)
+    meta = read_run_meta(run_dir)
     return build_session(
         traces,
-        run_states(run_dir),
+        run_states(meta),
         run_dir=str(run_dir),
         warnings=warnings,
-        ending=run_ending(run_dir),
-        unreadable=errors,
+        ending=run_ending(meta),
     )
 
 
-def run_ending(run_dir: str | os.PathLike[str]) -> str | None:
-    """How the job ended, as ``run.json`` records it (None without one)."""
-    reason = read_run_meta(run_dir).get("reason")
+def run_ending(meta: Mapping[str, Any]) -> str | None:
+    """How the job ended, as a run's ``run.json`` (:func:`read_run_meta`) records it."""
+    reason = meta.get("reason")
     return reason if isinstance(reason, str) else None
 
 
-def run_quiet(run_dir: str | os.PathLike[str]) -> dict[int, float]:
-    """rank -> seconds without progress when the job ended, from ``run.json`` ({} without)."""
+def run_quiet(meta: Mapping[str, Any]) -> dict[int, float]:
+    """rank -> seconds without progress when the job ended, from a run's ``run.json``."""
     quiet: dict[int, float] = {}
-    for rank, entry in read_run_meta(run_dir).get("ranks", {}).items():
+    for rank, entry in meta.get("ranks", {}).items():
         value = entry.get("quiet_s") if isinstance(entry, dict) else None
         if isinstance(value, int | float):
             quiet[int(rank)] = float(value)
     return quiet
 
 
-def run_states(run_dir: str | os.PathLike[str]) -> dict[int, str]:
-    """rank -> its process state as the launcher's ``run.json`` gives it ({} without)."""
-    meta = read_run_meta(run_dir)
+def run_states(meta: Mapping[str, Any]) -> dict[int, str]:
+    """rank -> its process state as a run's ``run.json`` gives it."""
     return {int(r): str(s.get("state", UNKNOWN)) for r, s in meta.get("ranks", {}).items()}

@@ -31,6 +31,7 @@ from dl2.trace.schema.decode import Record
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 from dl2.trace.session import discover_trace_files
+from dl2.trace.session import read_run_meta
 from dl2.trace.session import run_ending
 from dl2.trace.session import run_states
 
@@ -67,7 +68,7 @@ class _Reader:
         self.lineno = 2  # of the first line not parsed yet
         self.rest = b""  # bytes read, not parsed yet (a partial or corrupt last line)
         self.truncated: str | None = None
-        self.skipped: list[str] = []
+        self.skipped: list[tuple[int, str]] = []
         self.done = False
 
     def read(self, size: int) -> list[Record]:
@@ -149,13 +150,13 @@ def stream_session(
             if reader.done:
                 reading.remove(reader)
     skipped = [errors[str(f)] for f in files if str(f) in errors]  # in file order
+    meta = read_run_meta(run_dir)
     if not readers:
         raise TraceFormatError(skipped[0])
     return build_session(
         [RankTrace(r.name, r.header, (), r.truncated, tuple(r.skipped)) for r in readers],
-        run_states(run_dir),
+        run_states(meta),
         run_dir=str(run_dir),
         warnings=[f"skipped {e}" for e in skipped],
-        ending=run_ending(run_dir),
-        unreadable=skipped,
+        ending=run_ending(meta),
     )

@@ -359,6 +359,13 @@ class RankModel:
             target = self.ops.get(wait.work)
             if target is not None and target.waited_at is None:
                 target.waited_at = ck.ops_before
+        for oid in ck.dropped:
+            target = self.ops.get(oid)
+            if target is not None:
+                target.dropped = True
+        for call in ck.stores:
+            self.store_calls[call.id] = (call, ck.ops_before, self.n_records)
+            self.open_calls[call.id] = None
 
     # -- the rank's state --------------------------------------------------------------
 

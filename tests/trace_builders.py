@@ -230,7 +230,9 @@ class RankBuilder:
         store_id = self._id()
         block = op in STORE_WAITS
         stack = self._stack(line, "main", None)
-        self.encoder.store(store_id, self._time(), 1, op, store, prefix, keys, block, stack, timeout)
+        self.encoder.store(
+            store_id, self._time(), 1, op, store, prefix, keys, block, stack, timeout
+        )
         if block and complete:
             self.ret(store_id, err)
         elif block and where is not None:

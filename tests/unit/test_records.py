@@ -726,9 +726,7 @@ def test_any_bytes_give_a_clean_error_or_a_valid_partial_read(data: bytes, cuts:
     assert consumed == 0 or data[consumed - 1 : consumed] == b"\n"
     note = whole.truncated
     assert note is None or note.startswith(("last record is", "truncated header"))
-    assert all(
-        note.startswith(f"f:{line}: corrupt record skipped") for line, note in whole.skipped
-    )
+    assert all(note.startswith(f"f:{line}: corrupt record skipped") for line, note in whole.skipped)
     assert (note is None) == (consumed == len(data))
     assert all(w.startswith("f:") for w in whole.warnings)
     chunked = TraceReader("f")

@@ -39,12 +39,12 @@ from dl2.trace.session import run_ending
 from dl2.trace.session import run_states
 
 #: bytes read of one file at a time, at most
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 16
 #: bytes read of all files in one round: many files are read in smaller chunks, so that
 #: the ranks still advance together (and the sink can fold what they all finished)
-ROUND_BYTES = 16 << 20
+ROUND_BYTES = 1 << 20
 #: bytes read of one file at a time, at least (unless ``chunk_bytes`` is smaller)
-MIN_CHUNK_BYTES = 4 << 10
+MIN_CHUNK_BYTES = 1 << 10
 
 #: takes (file, its header, new records, truncation note once the file is read through)
 Sink = Callable[[str, Header, Sequence[Record], str | None], None]
@@ -58,16 +58,19 @@ class _Reader:
         self.name = self.paths[0]
         self.stem = stream_of(Path(self.name).name)[0]
         self._index = 0
-        self.offset = 0
+        self._least = 0  # bytes to read at least (a line longer than a chunk)
         self.readers: list[TraceReader] = []
         self.errors: list[str] = []
         self.done = False
+        self.pending: list[Record] = []  # records read with the header
         self._open()
         # the first readable segment's header (the trace starts there)
         first = self.readers[0]
+        size = 1 << 16
         while first.header is None:
-            data = self._chunk(1 << 16)
-            if not data:
+            data = self._chunk(size)
+            size *= 2  # a header longer than the chunk is read again, whole
+            if not data or (self._ended and first.header is None):
                 raise TraceFormatError(
                     f"{self.name}: empty trace file"
                     if not first.truncated
@@ -76,21 +79,22 @@ class _Reader:
             self.pending = first.feed(data)
         self.header: Header = first.header
 
-    pending: list[Record] = []
-
     def _open(self) -> None:
         self.readers.append(TraceReader(self.paths[self._index]))
-        self.offset = 0
+        self._ended = False
 
     def _chunk(self, size: int) -> bytes:
+        """The next ``size`` bytes of the current segment after what its reader
+        consumed (a partial last line is read again, whole, with the next chunk)."""
         path = self.paths[self._index]
+        reader = self.readers[-1]
         try:
             with open(path, "rb") as handle:
-                handle.seek(self.offset)
+                handle.seek(reader.consumed)
                 data = handle.read(size)
         except OSError as err:
             raise TraceFormatError(f"{path}: cannot read trace file: {err.strerror}") from None
-        self.offset += len(data)
+        self._ended = len(data) < size  # the segment is read through after this chunk
         return data
 
     @property
@@ -115,9 +119,17 @@ class _Reader:
         records, self.pending = self.pending, []
         reader = self.readers[-1]
         try:
-            data = self._chunk(size)
+            data = self._chunk(max(size, self._least))
             if data:
-                return records + reader.feed(data)
+                before = reader.consumed
+                records += reader.feed(data)
+                if reader.consumed > before:
+                    self._least = 0
+                    return records
+                if not self._ended:  # one line longer than the chunk: read more at once
+                    self._least = 2 * len(data)
+                    return records
+                # nothing more to consume: a partial or corrupt last line stays so
         except TraceFormatError as err:
             if len(self.readers) == 1:
                 raise

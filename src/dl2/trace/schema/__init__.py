@@ -215,8 +215,17 @@ FORMAT_VERSION = 2
 #: The kinds of typed record, as their ``kind`` (``"k"``) names them.
 RECORD_KINDS = frozenset(
     {
-        "op", "ret", "wait", "done", "drop", "newgroup", "nonmember", "state", "end",
-        "store", "checkpoint",
+        "op",
+        "ret",
+        "wait",
+        "done",
+        "drop",
+        "newgroup",
+        "nonmember",
+        "state",
+        "end",
+        "store",
+        "checkpoint",
     }
 )
 

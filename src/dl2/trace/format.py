@@ -169,30 +169,20 @@ class TraceReader:
         end = data.rfind(b"\n") + 1
         lines = data[start : end - 1].split(b"\n") if end > start else []
         partial = data[max(end, start) :]
-        decoded = decoder.decode(lines)
+        records, corrupt = decoder.decode(lines)
         count = len(lines)
         # A corrupt last line with nothing after it may be a record still being
         # written: it is left for the next feed, as a partial line is.
-        held = bool(
-            count
-            and not partial
-            and decoded
-            and decoded[-1][0] == count - 1
-            and isinstance(decoded[-1][1], CorruptRecord)
-        )
-        records: list[Record] = []
-        for index, item in decoded:
-            if not isinstance(item, CorruptRecord):
-                records.append(item)
-            elif held and index == count - 1:
-                decoder.unskip()
-            else:
-                number = self._lineno + index + 1
-                self.skipped.append(
-                    (number, f"{self.path}:{number}: corrupt record skipped ({item})")
-                )
+        held = bool(count and not partial and corrupt and corrupt[-1][0] == count - 1)
+        if held:
+            corrupt.pop()
+            decoder.unskip()
+        for index, item in corrupt:
+            number = self._lineno + index + 1
+            self.skipped.append((number, f"{self.path}:{number}: corrupt record skipped ({item})"))
         used = count - held
-        self.consumed += sum(len(line) + 1 for line in lines[:used])
+        if count:
+            self.consumed += end - start - (len(lines[-1]) + 1 if held else 0)
         self._lineno += used
         if held:
             self.truncated = f"last record is corrupt (line {self._lineno + 1})"

@@ -70,13 +70,13 @@ class _Reader:
         while first.header is None:
             data = self._chunk(size)
             size *= 2  # a header longer than the chunk is read again, whole
-            if not data or (self._ended and first.header is None):
+            self.pending = first.feed(data) if data else []
+            if first.header is None and (not data or self._ended):
                 raise TraceFormatError(
                     f"{self.name}: empty trace file"
-                    if not first.truncated
+                    if not data
                     else f"{self.name}: truncated header (the rank died while opening its trace)"
                 )
-            self.pending = first.feed(data)
         self.header: Header = first.header
 
     def _open(self) -> None:

@@ -110,29 +110,83 @@ class SegmentDecoder:
             CheckpointLine: self._checkpoint,
         }
 
-    def decode(self, lines: Sequence[bytes]) -> list[tuple[int, Record | CorruptRecord]]:
-        """The records of ``lines`` (complete lines, in file order, without newlines),
-        each with the index of its line; a line that cannot be read or resolved comes
-        back as its :class:`CorruptRecord` (a ``b`` line gives two records)."""
-        out: list[tuple[int, Record | CorruptRecord]] = []
-        records: _Out = []
+    def decode(
+        self, lines: Sequence[bytes]
+    ) -> tuple[list[Record], list[tuple[int, CorruptRecord]]]:
+        """The records of ``lines`` (complete lines, in file order, without newlines)
+        and the lines that could not be read or resolved, as (index, error) (a ``b``
+        line gives two records, a ``k`` line three, a definition none).
+
+        The two lines of a blocking op (``o``, ``k``) are resolved inline: they are
+        nearly every line of a long trace.
+        """
+        out: list[Record] = []
+        corrupt: list[tuple[int, CorruptRecord]] = []
+        append = out.append
         handlers = self._handlers
+        descs = self._descs
+        stacks = self._stacks
+        seqs = self._seqs
+        t0 = self.t0
         for index, item in enumerate(decode_lines(lines)):
-            if isinstance(item, CorruptRecord | UnknownRecord):
-                self._skipped += isinstance(item, CorruptRecord)
-                out.append((index, item))
-                continue
-            try:
-                handlers[type(item)](item, records)
-            except CorruptRecord as err:  # raised before the line changed any state
+            kind = type(item)
+            if kind is OpLine:
+                template = descs.get(item.did)  # type: ignore[union-attr]
+                if template is not None:
+                    self._first = False
+                    us = self._us + item.dt  # type: ignore[union-attr]
+                    self._us = us
+                    oid = item.id  # type: ignore[union-attr]
+                    if oid is None:
+                        oid = self._last + 1
+                    self._last = oid
+                    if oid >= self._next_id:
+                        self._next_id = oid + 1
+                    record, skey, sid = template
+                    seq = item.seq  # type: ignore[union-attr]
+                    if skey is not None:
+                        if seq is None:
+                            seq = seqs.get(skey, 0)
+                        seqs[skey] = seq + 1
+                    op = _replace(record, id=oid, t=t0 + us * 1000, seq=seq, batch=item.batch)  # type: ignore[union-attr]
+                    self._ops_before += 1
+                    self._last_tid = record.tid
+                    self._last_sid = sid
+                    append(op)
+                    continue
+            elif kind is IssuedDoneLine:
+                stack = stacks.get(self._last_sid)
+                if stack is not None:
+                    self._first = False
+                    us = self._us + item.dt  # type: ignore[union-attr]
+                    t = t0 + us * 1000
+                    oid = self._last
+                    wid = oid + 1
+                    self._last = wid
+                    if wid >= self._next_id:
+                        self._next_id = wid + 1
+                    append(RetRecord(id=oid, t=t))
+                    append(WaitRecord(id=wid, t=t, tid=self._last_tid, work=oid, stack=stack))
+                    us += item.dt_ret  # type: ignore[union-attr]
+                    self._us = us
+                    append(RetRecord(id=wid, t=t0 + us * 1000))
+                    continue
+            elif kind is CorruptRecord:
                 self._skipped += 1
-                out.append((index, err))
-                records.clear()
+                corrupt.append((index, item))  # type: ignore[arg-type]
                 continue
-            for record in records:
-                out.append((index, record))
-            records.clear()
-        return out
+            elif kind is UnknownRecord:
+                append(item)  # type: ignore[arg-type]
+                continue
+            size = len(out)
+            try:
+                handlers[kind](item, out)
+            except CorruptRecord as err:  # raised before the line changed any state
+                del out[size:]
+                self._skipped += 1
+                corrupt.append((index, err))
+            seqs = self._seqs  # a checkpoint sets them anew
+        return out, corrupt
 
     def unskip(self) -> None:
         """The last corrupt line given back will be fed again (it may be a line still

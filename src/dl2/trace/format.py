@@ -150,7 +150,6 @@ class TraceReader:
         Raises:
             TraceFormatError: a header that is not a dl2 trace's of this format version.
         """
-        from dl2.trace.schema.decode import CorruptRecord
         from dl2.trace.schema.reader import SegmentDecoder
 
         start = 0

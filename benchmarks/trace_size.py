@@ -123,10 +123,9 @@ def report(result: dict[str, Any]) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Measure and print the figures; ``--quick`` for 10^5 ops in the last one."""
-    args = sys.argv[1:] if argv is None else argv
-    big = 100_000 if "--quick" in args else 1_000_000
+def measure(big: int) -> dict[str, Any] | None:
+    """The figures (see :func:`child`) of a child process recording ``big`` ops last;
+    None if it failed."""
     with tempfile.TemporaryDirectory(prefix="dl2-size-") as tmp:
         out = Path(tmp) / "result.json"
         env = {k: v for k, v in os.environ.items() if not k.startswith("DL2_")}
@@ -138,9 +137,20 @@ def main(argv: list[str] | None = None) -> int:
         command = [sys.executable, __file__, "--child", str(Path(tmp) / "run"), str(out)]
         done = subprocess.run([*command, str(big)], env=env, timeout=HARD_TIMEOUT_S)
         if done.returncode != 0 or not out.exists():
-            print("benchmark failed", file=sys.stderr)
-            return 1
-        print(report(json.loads(out.read_text())))
+            return None
+        result: dict[str, Any] = json.loads(out.read_text())
+        return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure and print the figures; ``--quick`` for 10^5 ops in the last one."""
+    args = sys.argv[1:] if argv is None else argv
+    big = 100_000 if "--quick" in args else 1_000_000
+    result = measure(big)
+    if result is None:
+        print("benchmark failed", file=sys.stderr)
+        return 1
+    print(report(result))
     return 0
 
 

@@ -649,7 +649,7 @@ def test_a_job_writes_format_2_and_rotates_its_segments(tmp_path: Path) -> None:
     session = load_session(run_dir)
     assert session.rotated_ranks() == [0, 1]
     loop = marks(CASES / "case_rotate.py")["loop"]
-    for trace in session.raw_traces.values():
+    for trace in session.traces.values():
         cp, *rest = trace.records
         assert isinstance(cp, CheckpointRecord)
         ops = [r for r in rest if isinstance(r, OpRecord)]

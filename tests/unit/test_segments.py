@@ -312,3 +312,27 @@ def test_fake_ranks_write_what_they_are_told(tmp_path, monkeypatch):
     rank.close()
     records = read_trace_stream(segment_files(tmp_path)).records
     assert [r.kind for r in records] == ["op", "ret", "op", "ret", "wait", "ret"]
+
+
+@pytest.mark.parametrize("how", ["wait", "done"])
+def test_a_matched_wildcard_receive_counts_on_its_senders_channel(how):
+    # GIVEN rank 2 received from any source (rank 1 matched), then from rank 1 by name
+    from checkpoints import checkpoint_of
+    from checkpoints import model_view
+    from checkpoints import recorder_checkpoint
+    from trace_builders import RankBuilder
+
+    r2 = RankBuilder(2, 3)
+    wild = r2.irecv(5, None)
+    if how == "wait":
+        r2.wait(wild, src=1)
+    else:
+        r2.done(wild, src=1)
+    named = r2.irecv(6, 1)
+    records = r2.trace().records
+    # WHEN the recorder writes a checkpoint after them
+    written = recorder_checkpoint(records, 2, 0)
+    # THEN the wildcard counts on rank 1's channel, as the model reads a checkpoint
+    assert (("0", 1, 2, 0, 2)) in written.channels
+    assert model_view(written) == model_view(checkpoint_of(records, 2))
+    assert [op.id for op in written.open] == [named]

@@ -33,6 +33,7 @@ from typing import Any
 
 from dl2.trace.schema import encode
 from dl2.trace.schema.encode import StackTable as StackTable  # the stacks a stream interns
+from dl2.trace.schema.state import ANY_SOURCE
 from dl2.trace.schema.state import GROUP
 from dl2.trace.schema.state import P2P
 from dl2.trace.schema.state import channel_of
@@ -340,6 +341,8 @@ class StreamEncoder:
         short = oid == last and wid == oid + 1 and tid == self._last_tid and sid == self._last_sid
         entry = self.open.get(oid)
         if returned:
+            if src is not None:
+                self._matched(oid, src)
             if entry is not None:  # complete
                 del self.open[oid]
                 self.issued.discard(oid)
@@ -367,6 +370,8 @@ class StreamEncoder:
         if self.stores:
             self.stores.pop(rid, None)
         if waited is not None:  # a wait returned: its op completed (or failed in it)
+            if src is not None:
+                self._matched(waited[3], src)
             if self.open.pop(waited[3], None) is not None:
                 self.issued.discard(waited[3])
         else:
@@ -406,7 +411,26 @@ class StreamEncoder:
             self.waits[wid] = (wid, us, tid, work, sid)
             self._write(text + self._ret(wid, returned, None, None) if returned else text)
 
+    def _matched(self, oid: int, src: int) -> None:
+        """Open op ``oid``, a wildcard receive, matched sender ``src``: it counts on that
+        sender's channel from now on (as the model reads a checkpoint)."""
+        entry = self.open.get(oid)
+        desc = self._by_did.get(entry[2]) if entry is not None else None
+        channel = desc[3] if desc is not None else None
+        if channel is None or channel[1] != ANY_SOURCE:
+            return
+        channels = self.channels
+        left = channels.get(channel, 0) - 1
+        if left > 0:
+            channels[channel] = left
+        else:
+            channels.pop(channel, None)
+        named = (channel[0], src, channel[2], channel[3])
+        channels[named] = channels.get(named, 0) + 1
+
     def _done(self, oid: int, t: int, src: int | None) -> str:
+        if src is not None:
+            self._matched(oid, src)
         if self.open.pop(oid, None) is not None:
             self.issued.discard(oid)
             self.dropped.discard(oid)

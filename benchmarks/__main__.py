@@ -26,6 +26,7 @@ SUITES = {
     "nondet": "benchmarks.nondeterminism",
     "scale": "benchmarks.scale",
     "model": "benchmarks.model_scale",
+    "tracesize": "benchmarks.trace_size",
 }
 #: options a suite gets when it runs as part of the whole benchmark (no suite named)
 FULL_RUN_OPTIONS = {"eval": ["--anchors"]}

@@ -21,6 +21,8 @@ from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import WaitRecord
+from dl2.trace.rotated import snapshot
+from dl2.trace.rotated import track
 from dl2.trace.session import Session
 
 _P2P = ("send", "recv")
@@ -113,7 +115,32 @@ def resumed(session: Session, rank: int, cut: int) -> Session | None:
     checkpoint = checkpoint_of(trace.records[:cut], rank)
     if checkpoint is None:
         return None
-    records = (checkpoint, *trace.records[cut:])
+    written = recorder_checkpoint(trace.records[:cut], rank, trace.header.t0)
+    assert model_view(written) == model_view(checkpoint), (written, checkpoint)
+    records = (written, *trace.records[cut:])
     traces = dict(session.traces)
     traces[rank] = replace(trace, records=records)  # type: ignore[arg-type]
     return replace(session, traces=traces)
+
+
+def recorder_checkpoint(prefix: Sequence[Record], rank: int, t0: int) -> CheckpointRecord:
+    """The checkpoint the recorder's stream encoder writes after ``prefix``, read back."""
+    t = max((getattr(r, "t", 0) for r in prefix), default=t0)
+    return snapshot(track(prefix, rank, t0), t, 1)
+
+
+def model_view(cp: CheckpointRecord) -> tuple[object, ...]:
+    """What the model reads of a checkpoint (see :mod:`dl2.model.checkpoint`)."""
+    creating = {op.gid for op in cp.open if op.op == "create_group"}
+    return (
+        cp.ops_before,
+        {g: n for g, n in cp.collectives.items() if n},
+        sorted(c for c in cp.channels if c[4]),
+        # a group whose create_group is still open is in ``open`` too (the recorder
+        # lists it at issue, the synthesiser once complete)
+        {g: r for g, r in cp.groups.items() if g not in creating},
+        [(op.id, op.seq) for op in cp.open],
+        sorted(cp.issued),
+        sorted((w.id, w.work) for w in cp.waits),
+        sorted(cp.dropped),
+    )

@@ -1,7 +1,8 @@
 """Build rank traces in code, record by record, for analysis unit tests.
 
-Records are written with the recorder's own encoders (:mod:`dl2.trace.schema.encode`)
-and read back by the trace reader, so a built trace is one a rank could have written.
+Records are written with the recorder's own stream encoder
+(:mod:`dl2.trace.schema.stream`) and read back by the trace reader, so a built trace is
+one a rank could have written.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from dl2.trace.format import RankTrace
-from dl2.trace.format import parse_header
-from dl2.trace.format import parse_records
+from dl2.trace.format import TraceReader
 from dl2.trace.format import read_trace_file
 from dl2.trace.format import trace_file_name
 from dl2.trace.schema import STORE_WAITS
 from dl2.trace.schema import encode
+from dl2.trace.schema.decode import record_to_dict
+from dl2.trace.schema.stream import StackTable
+from dl2.trace.schema.stream import StreamEncoder
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 
@@ -32,7 +35,8 @@ class RankBuilder:
     """Appends records of one rank; each op gets the user line ``file:line``.
 
     Attributes:
-        records: the encoded record lines so far (a test may drop the last one).
+        records: the encoded records so far, one entry per record, with the definitions
+            it needed before it (a test may drop the last one).
     """
 
     def __init__(self, rank: int, world: int, file: str = "train.py") -> None:
@@ -40,9 +44,14 @@ class RankBuilder:
         self.world = world
         self.file = file
         self.records: list[str] = []
+        self.stacks = StackTable()
+        self.encoder = StreamEncoder(rank, 0, self.stacks, self._collect)
         self._next_id = 0
         self._t = 0
         self._seq: dict[tuple[str, str], int] = {}
+
+    def _collect(self, data: bytes) -> None:
+        self.records.append(data.decode())
 
     def _id(self) -> int:
         self._next_id += 1
@@ -52,10 +61,13 @@ class RankBuilder:
         self._t += 1000
         return self._t
 
-    def _stack(self, line: int, function: str, stack: Frames | None) -> str:
-        """``stack`` encoded, or by default the one frame ``file:line`` in ``function``."""
+    def _stack(self, line: int, function: str, stack: Frames | None) -> int:
+        """The id of ``stack``, or by default of the one frame ``file:line`` in
+        ``function``."""
         frames = [(self.file, line, function)] if stack is None else stack
-        return encode.stack_of((str(f[0]), int(f[1]), str(f[2])) for f in frames)
+        return self.stacks.intern(
+            encode.stack_of((str(f[0]), int(f[1]), str(f[2])) for f in frames)
+        )
 
     def issue(
         self, op: str, line: int, gid: str = "0", returned: bool = True, **fields: Any
@@ -74,24 +86,25 @@ class RankBuilder:
         api = fields.pop("api", op)
         stack = self._stack(line, fields.pop("function", "main"), fields.pop("stack", None))
         is_async = bool(fields.pop("async", False))
-        after = encode.after_fields(
-            fields.pop("batch", None), fields.pop("eager", False), fields.pop("deferred", False)
-        )
+        batch = fields.pop("batch", None)
+        eager, deferred = fields.pop("eager", False), fields.pop("deferred", False)
         no_data = op in ("barrier", "create_group")
         fields.setdefault("dtype", None if no_data else "float32")
         fields.setdefault("count", None if no_data else 4)
         own = encode.op_fields(**fields)
         gid_json, t = encode.json_str(gid), self._time()
-        self.records.append(
-            encode.op_line(op_id, t, 1, gid_json, seq, op, api, own, is_async, stack, after)
-        )
+        peer, tag = fields.get("peer"), fields.get("tag") or 0
+        self.encoder.op(
+            op_id, t, 1, gid, gid_json, seq, op, api, own, is_async, stack,
+            batch, eager, deferred, peer, tag,
+        )  # fmt: skip
         if returned:
             self.ret(op_id)
         return op_id
 
     def ret(self, record_id: int, err: str | None = None, src: int | None = None) -> RankBuilder:
         """The ``ret`` of an op or wait (``err``: it raised)."""
-        self.records.append(encode.ret_line(record_id, self._time(), err, src))
+        self.encoder.ret(record_id, self._time(), err, src)
         return self
 
     def wait(
@@ -104,7 +117,7 @@ class RankBuilder:
         """A wait on ``op_id``: returned (``src``: a wildcard's sender; ``err``: it raised)
         or, with ``complete=False``, still waiting."""
         wait_id = self._id()
-        self.records.append(encode.wait_line(wait_id, self._time(), 1, op_id, encode.EMPTY_STACK))
+        self.encoder.wait(wait_id, self._time(), 1, op_id, 0)
         if complete:
             self.ret(wait_id, err, src)
         return self
@@ -144,21 +157,26 @@ class RankBuilder:
             for op, peer, line in ops
         ]
 
+    def done(self, op_id: int, src: int | None = None) -> RankBuilder:
+        """A ``done``: async op ``op_id`` was seen complete."""
+        self.encoder.done(op_id, self._time(), src)
+        return self
+
     def create_group(self, gid: str, ranks: list[int], line: int = 1, complete: bool = True) -> int:
         op_id = self._id()
-        self.records.append(
-            encode.op_line(
-                op_id,
-                self._time(),
-                1,
-                encode.json_str(gid),
-                None,
-                "create_group",
-                "new_group",
-                encode.ranks_field(ranks),
-                False,
-                self._stack(line, "main", None),
-            )
+        self.encoder.op(
+            op_id,
+            self._time(),
+            1,
+            gid,
+            encode.json_str(gid),
+            None,
+            "create_group",
+            "new_group",
+            encode.ranks_field(ranks),
+            False,
+            self._stack(line, "main", None),
+            ranks=ranks,
         )
         if complete:
             self.ret(op_id)
@@ -172,30 +190,24 @@ class RankBuilder:
         stack: Frames | None = None,
     ) -> RankBuilder:
         """A ``newgroup`` record: this rank called new_group (``gid`` None: not a member)."""
-        self.records.append(
-            encode.newgroup_line(
-                self._id(), self._time(), ranks, gid, self._stack(line, "main", stack)
-            )
+        self.encoder.newgroup(
+            self._id(), self._time(), ranks, gid, self._stack(line, "main", stack)
         )
         return self
 
     def nonmember(self, api: str, line: int, stack: Frames | None = None) -> RankBuilder:
         """A ``nonmember`` record: ``api`` called on a group the rank is not in."""
-        self.records.append(
-            encode.nonmember_line(self._time(), api, self._stack(line, "main", stack))
-        )
+        self.encoder.nonmember(self._time(), api, self._stack(line, "main", stack))
         return self
 
     def drop(self, op_id: int) -> RankBuilder:
         """A ``drop`` record: the work of async op ``op_id`` was dropped, never waited."""
-        self.records.append(encode.drop_line(op_id, self._time()))
+        self.encoder.drop(op_id, self._time())
         return self
 
     def state(self, pending: list[int], where: str, stack: Frames = ()) -> RankBuilder:
         """A watchdog ``state`` record."""
-        self.records.append(
-            encode.state_line(self._time(), pending, where, self._stack(0, "", stack))
-        )
+        self.encoder.state_record(self._time(), pending, where, self._stack(0, "", stack))
         return self
 
     def store(
@@ -218,10 +230,8 @@ class RankBuilder:
         store_id = self._id()
         block = op in STORE_WAITS
         stack = self._stack(line, "main", None)
-        self.records.append(
-            encode.store_line(
-                store_id, self._time(), 1, op, store, prefix, keys, block, stack, timeout
-            )
+        self.encoder.store(
+            store_id, self._time(), 1, op, store, prefix, keys, block, stack, timeout
         )
         if block and complete:
             self.ret(store_id, err)
@@ -230,7 +240,7 @@ class RankBuilder:
         return store_id
 
     def end(self, how: str = "exit") -> RankBuilder:
-        self.records.append(encode.end_line(self._time(), how))
+        self.encoder.end(self._time(), how)
         return self
 
     def header(self, **fields: Any) -> str:
@@ -247,13 +257,16 @@ class RankBuilder:
         values.update(fields)
         return encode.header_line(**values)
 
+    def text(self, **header: Any) -> str:
+        """The whole file: header and records."""
+        return self.header(**header) + "".join(self.records)
+
     def trace(self, **header: Any) -> RankTrace:
         """The records so far, read back as a rank's trace (``header``: see :meth:`header`)."""
-        path = f"rank{self.rank}"
-        parsed = parse_records("".join(self.records).encode(), path, 2)
-        assert parsed.truncated is None and not parsed.skipped, parsed
-        first = parse_header(self.header(**header).rstrip("\n").encode(), path)
-        return RankTrace(path=path, header=first, records=tuple(parsed.records))
+        reader = TraceReader(f"rank{self.rank}")
+        records = reader.feed(self.text(**header).encode())
+        assert reader.truncated is None and not reader.skipped, reader.skipped
+        return reader.trace(records)
 
 
 def ranks(world: int, file: str = "train.py") -> list[RankBuilder]:
@@ -281,17 +294,17 @@ def write_run_dir(builders: list[RankBuilder], directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     for builder in builders:
         path = directory / trace_file_name(builder.rank, 1000 + builder.rank)
-        path.write_text(builder.header() + "".join(builder.records))
+        path.write_text(builder.text())
     return directory
 
 
 @dataclass(frozen=True)
 class RawTrace:
-    """A trace file's lines as the recorder wrote them, as JSON objects.
+    """A trace file's records as JSON objects (as ``dl2 dump`` prints them).
 
     Attributes:
         header: line 1.
-        records: every complete record line after it.
+        records: every complete record after it, with v1's field names.
         truncated: the reader's note on a partial last line, or None.
     """
 
@@ -306,9 +319,10 @@ class RawTrace:
 
 
 def read_raw_trace(path: str | os.PathLike[str]) -> RawTrace:
-    """A trace file's records as written (for tests of what the recorder writes), once
-    the typed reader has accepted every one of them."""
+    """A trace file's records as JSON objects (for tests of what the recorder writes),
+    once the typed reader has accepted every one of them."""
     typed = read_trace_file(path)
-    lines = Path(path).read_bytes().split(b"\n")
-    records = tuple(json.loads(line) for line in lines[1 : 1 + len(typed.records)])
-    return RawTrace(str(path), json.loads(lines[0]), records, typed.truncated)
+    assert not typed.skipped and not typed.warnings, (typed.skipped, typed.warnings)
+    header = json.loads(Path(path).read_bytes().split(b"\n")[0])
+    records = tuple(record_to_dict(record) for record in typed.records)
+    return RawTrace(str(path), header, records, typed.truncated)

@@ -571,7 +571,7 @@ def killed(jobs: Jobs) -> dict[int, RawTrace]:
         deadline = time.monotonic() + 50
         while time.monotonic() < deadline:
             files = list(run_dir.glob("*.dl2.jsonl"))
-            if len(files) == 2 and all(b'"k":"state"' in f.read_bytes() for f in files):
+            if len(files) == 2 and all(b'["q",' in f.read_bytes() for f in files):
                 break
             if any(p.popen.poll() is not None for p in procs):
                 break
@@ -612,3 +612,75 @@ def test_blocked_ranks_show_their_wait_and_watchdog_state(killed: dict[int, RawT
     assert state1["pending"] == [recv["id"]]  # blocking ops being waited on are pending
     assert state1["where"] == "comm"
     assert state1["stack"][0] == [str(HANG), lines["rank1_recv"], "<module>"]
+
+
+# -- bounded traces: tiny segments, rotated ---------------------------------------------
+
+
+def test_a_job_writes_format_2_and_rotates_its_segments(tmp_path: Path) -> None:
+    # GIVEN a job of ~1,000 ops per rank recorded in 4 KiB segments, keeping 2
+    from dl2.analysis import analyze
+    from dl2.report import Verdict
+    from dl2.trace.format import FORMAT_VERSION
+    from dl2.trace.format import stream_of
+    from dl2.trace.schema.decode import CheckpointRecord
+    from dl2.trace.schema.decode import OpRecord
+    from dl2.trace.session import load_session
+
+    run_dir = tmp_path / "run"
+    procs = []
+    port = str(free_port())
+    for rank in range(2):
+        env = job_env(
+            run_dir, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1", MASTER_PORT=port, DL2_SEGMENT_BYTES="4096", DL2_KEEP="2",
+        )  # fmt: skip
+        procs.append(start([str(CASES / "case_rotate.py")], env))
+    finish(procs)
+    assert all(p.returncode == 0 for p in procs), [p.stderr[-2000:] for p in procs]
+    # THEN each rank kept its 2 newest segments, of format 2
+    for rank in range(2):
+        files = sorted(run_dir.glob(f"rank{rank:05d}.*"))
+        numbers = [stream_of(f.name)[1] for f in files]
+        assert len(files) == 2 and numbers[0] > 2 and numbers[1] == numbers[0] + 1
+        assert all(json.loads(f.open().readline())["format"] == FORMAT_VERSION for f in files)
+        assert all(f.stat().st_size < 4096 + 1024 for f in files)
+    # AND the run reads back from each rank's checkpoint on, and analyses as a clean run
+    session = load_session(run_dir)
+    assert session.rotated_ranks() == [0, 1]
+    loop = marks(CASES / "case_rotate.py")["loop"]
+    for trace in session.traces.values():
+        cp, *rest = trace.records
+        assert isinstance(cp, CheckpointRecord)
+        ops = [r for r in rest if isinstance(r, OpRecord)]
+        seqs = [op.seq for op in ops if op.gid == "0" and op.op in ("all_reduce", "barrier")]
+        assert seqs == list(range(cp.collectives["0"], cp.collectives["0"] + len(seqs)))
+        assert any(op.stack and op.stack[0].line == loop for op in ops)
+        assert [r.kind for r in rest[-2:]] == ["end", "end"]
+    report = analyze(session)
+    assert report.verdict is Verdict.OK, report.findings
+
+
+def test_dl2_run_finds_a_deadlock_after_rotation(tmp_path: Path, dl2_bin: Path) -> None:
+    # GIVEN the same job ending in a send/send deadlock, under dl2 run with 4 KiB segments
+    run_dir = tmp_path / "run"
+    out = tmp_path / "report.json"
+    env = dict(os.environ, OMP_NUM_THREADS="1", ROTATE_DEADLOCK="1", PYTHONWARNINGS="ignore")
+    command = [str(dl2_bin), "run", "--run-dir", str(run_dir), "--segment-size", "4096"]
+    command += ["--keep", "2", "--json", str(out), "-n", "2", str(CASES / "case_rotate.py")]
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=120, start_new_session=True
+    )
+    # THEN the live monitor proves it on the rotated traces, naming the send lines
+    assert done.returncode == 3, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["verdict"] == "deadlock"
+    line = marks(CASES / "case_rotate.py")["deadlock"]
+    deadlock = next(f for f in report["findings"] if f["kind"] == "deadlock")
+    assert [(o["op"], o["line"]) for o in deadlock["ops"]] == [("send", line), ("send", line)]
+    assert len(list(run_dir.glob("rank00000.*"))) <= 2
+    # AND the commands that need the whole history refuse it, saying how to keep it
+    predict = subprocess.run(
+        [str(dl2_bin), "predict", str(run_dir)], capture_output=True, text=True, timeout=60
+    )
+    assert predict.returncode == 2 and "--keep all" in predict.stderr

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from trace_builders import read_raw_trace
+
 CASES = Path(__file__).resolve().parent / "replay_cases"
 #: bytes each rank of sendsend.py sends
 NBYTES = 4096
@@ -179,13 +181,10 @@ def test_send_send_completes_with_a_buffer_it_fits(recorded: dict[str, Result]) 
     assert "Deadlocks when sends of 4,096 bytes or more are not buffered" in " ".join(
         result.stdout.split()
     )
-    records = [
-        json.loads(line)
-        for path in sorted(result.run_dir.glob("*.dl2.jsonl"))
-        for line in path.read_text().splitlines()
-    ]
-    header = records[0]
+    traces = [read_raw_trace(path) for path in sorted(result.run_dir.glob("*.dl2.jsonl"))]
+    header = traces[0].header
     assert header["emulate"] == {"eager_bytes": NBYTES, "fused_batches": False}
+    records = [r for trace in traces for r in trace.records]
     sends = [r for r in records if r.get("k") == "op" and r.get("op") == "send"]
     assert len(sends) == 2 and all(r["eager"] for r in sends)
 

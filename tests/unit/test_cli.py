@@ -71,10 +71,11 @@ def test_dump_names_a_corrupt_record_where_it_stands(tmp_path, capsys):
     r0.end()
     path = next(write_run_dir([r0], tmp_path).glob("*.dl2.jsonl"))
     lines = path.read_text().splitlines(keepends=True)
-    lines.insert(2, '{"k":"op","id":"bad"}\n')
+    at = next(i for i, line in enumerate(lines) if line.startswith('["o"'))
+    lines.insert(at, '["o","bad"]\n')  # before the op record
     path.write_text("".join(lines))
     assert main(["dump", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[2].startswith(f"# {path}:3: corrupt record skipped")
+    assert out[1].startswith(f"# {path}:{at + 1}: corrupt record skipped")
     kinds = [line.split('"k": "')[1].split('"')[0] for line in out if not line.startswith("#")]
     assert kinds == ["header", "op", "ret", "wait", "ret", "end"]

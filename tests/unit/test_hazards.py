@@ -13,7 +13,6 @@ from dl2.model.execution_graph import build_execution_graph
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.report import FindingKind
 from dl2.report import Verdict
-from dl2.trace.schema import encode
 from dl2.trace.session import build_session
 from trace_builders import RankBuilder
 from trace_builders import ranks
@@ -219,7 +218,7 @@ def test_works_waited_seen_complete_or_of_a_waited_batch_are_not_reported():
 def test_a_work_seen_complete_by_is_completed_is_not_reported():
     r0, r1 = ranks(2)
     op_id = r0.isend(12, peer=1)
-    r0.records.append(encode.done_line(op_id, 10**9))  # is_completed() returned True
+    r0.done(op_id)  # is_completed() returned True
     r1.call("recv", 20, peer=0)
     assert _unwaited(_ended([r0, r1])) == []
 

@@ -26,10 +26,6 @@ from dl2.live.shared import store_from_command
 from dl2.live.tailer import TraceTailer
 from dl2.report import FindingKind
 from dl2.report import Verdict
-from dl2.trace.schema.encode import EMPTY_STACK
-from dl2.trace.schema.encode import done_line
-from dl2.trace.schema.encode import json_str
-from dl2.trace.schema.encode import op_line
 from trace_builders import RankBuilder
 from trace_builders import ranks
 from trace_builders import write_run_dir
@@ -172,7 +168,7 @@ def test_progress_between_the_two_snapshots_is_no_proof(tmp_path, monkeypatch):
             seen.append(built.wfg.deadlocked)
             original(built, now)  # the first snapshot makes the candidate
             # WHEN rank 0 writes a record before the second snapshot
-            append(run_dir, r0, done_line(99, 1))
+            append(run_dir, r0, r0.done(99).records[-1])
             return None
         return original(built, now)
 
@@ -293,7 +289,8 @@ def test_truncated_record_is_read_once_complete(tmp_path):
     r0 = RankBuilder(0, 1)
     run_dir = write_run_dir([r0], tmp_path / "run")
     path = next(run_dir.glob("rank*"))
-    line = op_line(1, 1, 1, json_str("0"), 0, "barrier", "barrier", "", False, EMPTY_STACK).encode()
+    r0.issue("barrier", 1, returned=False)
+    line = r0.records[-1].encode()
     tailer = TraceTailer(run_dir)
     with path.open("ab") as handle:
         handle.write(line[:10])

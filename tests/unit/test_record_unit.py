@@ -19,15 +19,18 @@ from dl2.record import stack
 from dl2.record.writer import TraceWriter
 from dl2.trace.format import FORMAT_VERSION
 from dl2.trace.format import read_trace_file
-from dl2.trace.schema.encode import EMPTY_STACK
-from dl2.trace.schema.encode import json_str
-from dl2.trace.schema.encode import op_line
+from dl2.trace.schema.stream import StackTable
+from dl2.trace.schema.stream import StreamEncoder
 from trace_builders import read_raw_trace
 
 
-def _op(oid: int) -> str:
-    """An all_reduce record line."""
-    return op_line(oid, 1, 1, json_str("0"), 0, "all_reduce", None, "", False, EMPTY_STACK)
+def _op(oid: int, t0: int = 0) -> str:
+    """An all_reduce record line (with its description)."""
+    lines: list[bytes] = []
+    enc = StreamEncoder(0, t0, StackTable(), lines.append)
+    enc.op(oid, t0 + 1000, 1, "0", '"0"', 0, "all_reduce", None, "", False, 0)
+    enc.ret(oid, t0 + 5000)
+    return b"".join(lines).decode()
 
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,8 +45,7 @@ BOOTSTRAP = REPO / "src" / "dl2" / "_bootstrap"
 def test_writer_header_and_records_read_back(tmp_path: Path) -> None:
     writer = TraceWriter(str(tmp_path / "run"), rank=3, world_size=4, torch_version="x")
     assert writer.enabled
-    writer.write_line(_op(1))
-    writer.write_bytes(b'{"k":"ret","id":1,"t":5}\n')
+    writer.write_line(_op(1, writer.t0))
     writer.close()
     (path,) = (tmp_path / "run").iterdir()
     assert path.name == f"rank00003.{os.getpid()}.dl2.jsonl"
@@ -183,15 +185,15 @@ def test_capture_names_the_outermost_api_function() -> None:
         """,
     )
 
-    def hook(depth: int) -> tuple[str | None, str]:  # a process-group method's body
+    def hook(depth: int) -> tuple[str | None, int]:  # a process-group method's body
         return stack.capture(sys._getframe(depth))
 
-    def user_line() -> tuple[str | None, str]:
+    def user_line() -> tuple[str | None, int]:
         return c10d["all_gather_object"](hook)
 
-    api, stack_json = user_line()
+    api, stack_id = user_line()
     assert api == "all_gather_object"
-    assert json.loads(stack_json)[0][2].endswith("user_line")
+    assert json.loads(stack.STACKS.text(stack_id))[0][2].endswith("user_line")
 
 
 def test_capture_from_no_api_frame_is_null() -> None:
@@ -403,10 +405,10 @@ class _FakeRecorder:
     def __init__(self) -> None:
         self.active = True
         self.writer = self
-        self.polled: dict[int, str] = {}
+        self.polled: dict[int, int] = {}
         self.blocking: dict[int, int] = {}
         self.last_tid = 0
-        self.lines: list[str] = []
+        self.lines: list[dict[str, Any]] = []
 
     def size(self) -> int:
         return 100
@@ -417,8 +419,8 @@ class _FakeRecorder:
     def poll_pending(self) -> list[int]:
         return [7]
 
-    def emit(self, line: str) -> None:
-        self.lines.append(line)
+    def state(self, t: int, pending: list[int], where: str, stack: int) -> None:
+        self.lines.append({"pending": list(pending), "where": where, "stack": stack})
 
 
 def test_watchdog_reports_a_rank_spinning_on_polls_only_after_ticks_in_a_row() -> None:
@@ -434,24 +436,24 @@ def test_watchdog_reports_a_rank_spinning_on_polls_only_after_ticks_in_a_row() -
     user.start()
     rec.last_tid = user.ident or 0
     dog = Watchdog(rec, quiet_ns=0)
-    poll_stack = '[["train.py",22,"main"]]'
+    poll_stack = stack.STACKS.intern('[["train.py",22,"main"]]')
     # WHEN the user polls work 7 before every tick but the last of POLL_TICKS
     for _ in range(POLL_TICKS - 1):
         rec.polled = {7: poll_stack}
         dog.tick()
-    states = [json.loads(line) for line in rec.lines]
+    states = rec.lines
     # THEN the rank is not yet spinning; once POLL_TICKS ticks in a row saw polls, it is
     assert states and all(s["where"] != "poll" for s in states)
     rec.polled = {7: poll_stack}
     dog.tick()
-    last = json.loads(rec.lines[-1])
-    assert (last["where"], last["pending"], last["stack"]) == (
+    last = rec.lines[-1]
+    assert (last["where"], last["pending"], json.loads(stack.STACKS.text(last["stack"]))) == (
         "poll",
         [7],
         [["train.py", 22, "main"]],
     )
     # AND a tick without polls ends it
     dog.tick()
-    assert json.loads(rec.lines[-1])["where"] == "python"
+    assert rec.lines[-1]["where"] == "python"
     release.set()
     user.join()

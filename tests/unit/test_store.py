@@ -253,15 +253,16 @@ def test_a_store_wait_off_the_cycle_is_listed_with_it():
 
 def test_set_and_check_records_are_progress_not_calls():
     from dl2.live.tailer import _File
-    from dl2.trace.schema import encode
 
     entry = _File("rank0", None)
-    header = ranks(1)[0].header()
-    get = encode.store_line(1, 1, 1, "get", "tcp:1", "", ["k"], True, "[]")
-    put = encode.store_line(2, 2, 1, "set", "tcp:1", "", ["k"], False, "[]")
-    entry.feed((header + get + put).encode(), 0.0, False)
-    assert entry.open_calls == {1} and entry.progress == 2
-    entry.feed(encode.ret_line(1, 3).encode(), 0.0, False)
+    (r0,) = ranks(1)
+    get = r0.store("get", 3, ["k"], store="tcp:1", prefix="", complete=False, where=None)
+    r0.store("set", 4, ["k"], store="tcp:1", prefix="")
+    entry.feed(r0.text().encode(), 0.0, False)
+    assert entry.open_calls == {get} and entry.progress == 2
+    done = len(r0.text())
+    r0.ret(get)
+    entry.feed(r0.text()[done:].encode(), 0.0, False)
     assert entry.open_calls == set()
 
 

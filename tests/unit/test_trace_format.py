@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from dl2.cli import main
 from dl2.errors import NoDataError
 from dl2.errors import TraceFormatError
 from dl2.live.tailer import TraceTailer
@@ -13,53 +14,57 @@ from dl2.trace.format import MAGIC
 from dl2.trace.format import read_trace_file
 from dl2.trace.format import trace_file_name
 from dl2.trace.schema.decode import OpRecord
-from dl2.trace.schema.encode import EMPTY_STACK
-from dl2.trace.schema.encode import end_line
-from dl2.trace.schema.encode import header_line
-from dl2.trace.schema.encode import json_str
-from dl2.trace.schema.encode import op_line
-from dl2.trace.schema.encode import peer_tag_fields
-from dl2.trace.schema.encode import ret_line
-from dl2.trace.schema.encode import state_line
 from dl2.trace.session import load_session
+from trace_builders import RankBuilder
+from trace_builders import write_run_dir
 
 
-def header(rank=0, world=2):
-    return header_line(rank=rank, world_size=world, pid=1, host="h", t0=0, wall=0, dl2="test")
-
-
-def op(oid):
-    """A send to rank 1, as the recorder writes it."""
-    return op_line(oid, 1, 1, json_str("0"), 0, "send", None, peer_tag_fields(1, 0), False, "[]")
-
-
-def write(path, *records, tail=b""):
-    path.write_bytes("".join(records).encode() + tail)
-    return path
+def rank0(world: int = 2) -> RankBuilder:
+    """Rank 0 with a blocking send to rank 1 entered."""
+    builder = RankBuilder(0, world)
+    builder.issue("send", 3, peer=1, returned=False, dtype=None, count=None, api=None)
+    return builder
 
 
 def test_round_trip(tmp_path):
-    path = write(tmp_path / trace_file_name(0, 1), header(), op(1))
+    path = tmp_path / trace_file_name(0, 1)
+    path.write_text(rank0().text())
     trace = read_trace_file(path)
     assert trace.rank == 0
-    assert trace.records == (OpRecord(id=1, t=1, tid=1, op="send", seq=0, peer=1, tag=0),)
-    assert trace.truncated is None
+    (op,) = trace.records
+    assert isinstance(op, OpRecord)
+    assert (op.id, op.t, op.tid, op.op, op.seq, op.peer, op.tag) == (1, 1000, 1, "send", 0, 1, 0)
+    assert trace.truncated is None and trace.warnings == ()
 
 
 def test_truncated_last_record_is_detected_not_fatal(tmp_path):
-    path = write(tmp_path / "r.dl2.jsonl", header(), op(1), tail=b'{"k":"op","id":2,"op"')
+    builder = rank0()
+    builder.ret(1)
+    path = tmp_path / "r.dl2.jsonl"
+    path.write_bytes(builder.text().encode()[:-3])
     trace = read_trace_file(path)
     assert len(trace.records) == 1
     assert "truncated" in trace.truncated
 
 
-def test_a_corrupt_middle_line_is_skipped_and_named(tmp_path):
-    path = tmp_path / "r.dl2.jsonl"
-    path.write_bytes((header() + "garbage\n" + end_line(1, "exit")).encode())
+def test_a_corrupt_middle_line_is_skipped_with_a_warning(tmp_path):
+    # GIVEN a trace with garbage in the middle (a disk that lost a block)
+    builder = rank0()
+    builder.records.insert(1, "\x00\x00garbage\x00\n")
+    builder.ret(1).end()
+    write_run_dir([RankBuilder(1, 2).end()], tmp_path)
+    path = tmp_path / trace_file_name(0, 1000)
+    path.write_text(builder.text())
+    # WHEN read
     trace = read_trace_file(path)
-    assert len(trace.records) == 1 and trace.truncated is None
+    # THEN the rest is read, and the warning names the file and the line
+    assert [r.kind for r in trace.records] == ["op", "ret", "end"]
     ((line, note),) = trace.skipped
-    assert line == 2 and note.startswith(f"{path}:2: corrupt record skipped (")
+    assert line == 5 and note == (f"{path}:5: corrupt record skipped (JSON is malformed: "
+                                  "invalid character (byte 0))")  # fmt: skip
+    session = load_session(tmp_path)
+    assert session.ranks == [0, 1] and note in session.warnings
+    assert session.corrupt_records() == 1
 
 
 @pytest.mark.parametrize(
@@ -73,6 +78,11 @@ def test_a_corrupt_middle_line_is_skipped_and_named(tmp_path):
             + b"\n",
             "version 999",
         ),
+        (
+            json.dumps({"magic": MAGIC, "format": 1, "rank": 0, "world_size": 1}).encode()
+            + b'\n{"k":"end","t":1,"how":"exit"}\n',
+            "trace format version 1, this dl2 reads version 2",
+        ),
     ],
 )
 def test_bad_files(tmp_path, content, message):
@@ -80,6 +90,17 @@ def test_bad_files(tmp_path, content, message):
     path.write_bytes(content)
     with pytest.raises(TraceFormatError, match=message):
         read_trace_file(path)
+
+
+def test_analyze_of_a_version_1_trace_is_one_line_naming_the_version(tmp_path, capsys):
+    header = {"k": "header", "magic": MAGIC, "format": 1, "rank": 0, "world_size": 1}
+    (tmp_path / trace_file_name(0, 1)).write_text(
+        json.dumps(header) + '\n{"k":"end","t":1,"how":"exit"}\n'
+    )
+    assert main(["analyze", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "trace format version 1, this dl2 reads version 2" in err
 
 
 def test_load_session_errors(tmp_path):
@@ -90,7 +111,7 @@ def test_load_session_errors(tmp_path):
 
 
 def test_load_session_skips_one_bad_rank_with_a_warning(tmp_path):
-    write(tmp_path / trace_file_name(0, 1), header(0))
+    (tmp_path / trace_file_name(0, 1)).write_text(RankBuilder(0, 2).text())
     (tmp_path / trace_file_name(1, 2)).write_bytes(b"junk\n")
     session = load_session(tmp_path)
     assert session.ranks == [0]
@@ -99,13 +120,18 @@ def test_load_session_skips_one_bad_rank_with_a_warning(tmp_path):
 
 
 def test_tailer_reads_appended_records_and_waits_for_partial_lines(tmp_path):
+    builder = rank0()
     path = tmp_path / trace_file_name(0, 1)
-    write(path, header(), op(1), tail=ret_line(1, 2)[:10].encode())
+    builder.ret(1)
+    ret = builder.records.pop().encode()
+    path.write_bytes(builder.text().encode() + ret[:3])
     tailer = TraceTailer(tmp_path)
     assert tailer.refresh()
     assert tailer.progress() == {0: 1}
+    builder.records.append(ret.decode())
+    builder.state([], "python")
     with open(path, "ab") as handle:
-        handle.write((ret_line(1, 2)[10:] + state_line(3, [], "python", EMPTY_STACK)).encode())
+        handle.write(ret[3:] + builder.records[-1].encode())
     assert tailer.refresh()
     # the watchdog's state record is not progress
     assert tailer.progress() == {0: 2}

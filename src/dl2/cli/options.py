@@ -27,6 +27,43 @@ def byte_size(text: str) -> int:
         raise argparse.ArgumentTypeError(str(err).removeprefix("not a byte size: ")) from None
 
 
+def keep_count(text: str) -> int:
+    """``all`` (0: keep every segment) or a positive number of segments (argparse type)."""
+    if text.strip().lower() == "all":
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of segments or 'all': {text}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 (or 'all'): {text}")
+    return value
+
+
+def add_retention(parser: argparse.ArgumentParser) -> None:
+    """``--keep N|all`` and ``--segment-size BYTES``: how much trace each rank keeps."""
+    from dl2.record.writer import KEEP
+    from dl2.record.writer import SEGMENT_BYTES
+
+    parser.add_argument(
+        "--keep",
+        type=keep_count,
+        metavar="N|all",
+        help=(
+            f"trace segments each rank keeps (default {KEEP}, of {SEGMENT_BYTES >> 20} MiB "
+            "each: the oldest are deleted, so a rank's trace stays under "
+            f"{KEEP * SEGMENT_BYTES >> 20} MiB); `all` keeps the whole run, which "
+            "`dl2 predict` and `dl2 replay` need"
+        ),
+    )
+    parser.add_argument(
+        "--segment-size",
+        type=byte_size,
+        metavar="BYTES",
+        help=argparse.SUPPRESS,  # a segment's size; tests set a tiny one
+    )
+
+
 def add_run_dir(parser: argparse.ArgumentParser) -> None:
     """The positional RUN_DIR: a recorded run to read."""
     parser.add_argument("run_dir", help="a run directory written by `dl2 run`")

@@ -99,6 +99,7 @@ class PredictCommand:
         if args.max_deviations < 0:
             raise ConfigError(f"--max-deviations must not be negative: {args.max_deviations}")
         session = load_session(args.run_dir)
+        session.require_whole_history("dl2 predict")
         graph = build_execution_graph(session)
         recorded_deadlock = bool(build_wait_for_graph(session, graph).deadlocked)
         recorded = recorded_semantics(session)

@@ -73,6 +73,7 @@ class ReplayCommand:
 
     def run(self, args: argparse.Namespace) -> int:
         session = load_session(args.run_dir)
+        session.require_whole_history("dl2 replay")
         graph = build_execution_graph(session)
         witness = _read_witness(args.choices) if args.choices else None
         config, notes = _config(args.buffer_size, witness, session)

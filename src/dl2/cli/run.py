@@ -12,6 +12,7 @@ from dl2.cli.options import add_buffer_size
 from dl2.cli.options import add_hazards
 from dl2.cli.options import add_json
 from dl2.cli.options import add_monitoring
+from dl2.cli.options import add_retention
 from dl2.cli.options import positive
 from dl2.cli.output import conclude
 from dl2.cli.output import emit
@@ -36,6 +37,8 @@ from dl2.live.shared import store_from_command
 from dl2.live.watch import watch_job
 from dl2.notice import notice
 from dl2.record.emulate import ENV_BUFFER_SIZE
+from dl2.record.writer import ENV_KEEP
+from dl2.record.writer import ENV_SEGMENT_BYTES
 from dl2.render import get_renderer
 from dl2.trace.session import ALIVE
 from dl2.trace.session import RUN_META
@@ -96,6 +99,7 @@ class RunCommand:
             "(default: gloo's, every send waits for its receive)",
         )
         add_hazards(parser)
+        add_retention(parser)
         parser.add_argument(
             "target", nargs=argparse.REMAINDER, help="SCRIPT [ARG ...] or -- COMMAND [ARG ...]"
         )
@@ -120,6 +124,10 @@ class RunCommand:
         address = _store_address(args, target)
         shared = SharedState(address, str(run_dir.resolve())) if address is not None else None
         env = {} if args.buffer_size is None else {ENV_BUFFER_SIZE: str(args.buffer_size)}
+        if args.keep is not None:
+            env[ENV_KEEP] = str(args.keep or "all")
+        if args.segment_size is not None:
+            env[ENV_SEGMENT_BYTES] = str(args.segment_size)
         job = (
             launch_ranks(target[0], target[1:], args.nproc, run_dir, env)
             if args.nproc is not None

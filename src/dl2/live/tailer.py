@@ -2,11 +2,15 @@
 
 A :class:`TraceTailer` follows every trace file of a run directory (``refresh``) and,
 for multi-node runs, the files other nodes' monitors mirror through the job's store
-(``ingest``).  Both go through the same parser, so a mirrored file reads exactly like a
+(``ingest``).  Both go through the same reader, so a mirrored file reads exactly like a
 local one.  Each read's new records go straight into the incremental model
 (:class:`dl2.model.incremental.Model`, ``tailer.model``), which the monitor's snapshots
 read: the tailer keeps no records, only what it needs per file (its last record, its
-open calls, its progress count).
+open calls, its progress count).  The segments of one process are one trace, fed to the
+model as one stream, in order: a segment is read to its end before the next, which
+exists only once it is final; a segment the recorder deleted (rotated away) before it
+was read through leaves a gap, and the model restarts that rank at the next segment's
+checkpoint.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from dl2.model.incremental import Model
 from dl2.model.stuck import stall_kind
 from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
-from dl2.trace.format import parse_header
-from dl2.trace.format import parse_records
+from dl2.trace.format import TraceReader
+from dl2.trace.format import stream_of
+from dl2.trace.schema.decode import CheckpointRecord
 from dl2.trace.schema.decode import EndRecord
 from dl2.trace.schema.decode import Header
 from dl2.trace.schema.decode import OpRecord
@@ -37,29 +42,27 @@ from dl2.trace.schema.decode import WaitRecord
 
 @dataclass
 class _File:
-    """One trace file as read so far.
+    """One trace file (one segment) as read so far.
 
     Attributes:
-        name: the file name (unique per rank process).
+        name: the file name (unique per rank process and segment).
         path: where to read it; None for a file mirrored from another node.
-        offset: bytes consumed (complete lines only).
+        reader: its incremental reader (``reader.consumed``: the bytes read).
         outbox: consumed bytes not yet handed to :meth:`TraceTailer.drain`.
         last: the last record read.
         records_seen: every record read, watchdog reports included.
         open_calls: op, wait and blocking store call ids entered and not yet returned.
         stall: the last record is a watchdog ``state`` that finds the rank in
             communication (backward, comm) with pending works.
-        partial_since: when a partial last line was first seen at ``offset``.
+        partial_since: when a partial last line was first seen at the read offset.
     """
 
     name: str
     path: Path | None
-    offset: int = 0
-    header: Header | None = None
+    reader: TraceReader = field(init=False)
     last: Record | None = None
     progress: int = 0
     records_seen: int = 0
-    truncated: str | None = None
     error: str | None = None
     outbox: list[bytes] = field(default_factory=list)
     open_calls: set[int] = field(default_factory=set)
@@ -68,32 +71,37 @@ class _File:
     lineno: int = 2  # of the first record line not consumed yet
     skipped: list[tuple[int, str]] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.reader = TraceReader(str(self.path or self.name))
+        self.stem, self.segment = stream_of(self.name)
+
+    @property
+    def header(self) -> Header | None:
+        return self.reader.header
+
+    @property
+    def offset(self) -> int:
+        return self.reader.consumed
+
+    @property
+    def truncated(self) -> str | None:
+        return self.reader.truncated
+
     def feed(self, data: bytes, now: float, keep: bool) -> list[Record]:
         """Parse ``data`` (what follows ``offset``); returns the new records."""
-        start = 0
+        before = self.reader.consumed
         try:
-            if self.header is None:
-                newline = data.find(b"\n")
-                if newline < 0:
-                    return []
-                self.header = parse_header(data[:newline], self.name)
-                start = newline + 1
-            parsed = parse_records(data[start:], self.name, self.lineno)
+            records = self.reader.feed(data)
         except TraceFormatError as err:
             self.error = str(err)
             raise
-        records, truncated, consumed = parsed.records, parsed.truncated, parsed.consumed
-        self.lineno += parsed.lines
-        self.skipped.extend(parsed.skipped)
-        used = start + consumed
+        used = self.reader.consumed - before
         if keep and used:
             self.outbox.append(data[:used])
-        self.offset += used
-        if truncated is None:
+        if self.reader.truncated is None:
             self.partial_since = None
-        elif self.partial_since is None or consumed:
+        elif self.partial_since is None or used:
             self.partial_since = now
-        self.truncated = truncated
         for record in records:
             self._note(record)
         if records:
@@ -105,6 +113,13 @@ class _File:
         if isinstance(record, StateRecord):
             # Watchdog reports are not progress: a rank that only writes them is quiet.
             self.stall = stall_kind(record.where, record.pending) is not None
+            return
+        if isinstance(record, CheckpointRecord):
+            # The state the previous segment left (written along with a record there).
+            issued = set(record.issued)
+            self.open_calls = {op.id for op in record.open if op.id not in issued}
+            self.open_calls.update(wait.id for wait in record.waits)
+            self.open_calls.update(call.id for call in record.stores)
             return
         self.progress += 1
         if isinstance(record, OpRecord | WaitRecord):
@@ -154,6 +169,8 @@ class TraceTailer:
         self.errors: list[str] = []
         self.model = Model(window=window)
         self._newest_files: dict[int, _File] | None = None  # until files change
+        # stem -> (progress, records seen) of its segments dropped after rotation
+        self._retired: dict[str, tuple[int, int]] = {}
 
     def _feed(self, entry: _File, data: bytes, now: float, keep: bool) -> bool:
         """Parse new bytes of a file into the model; True if a record was new."""
@@ -165,7 +182,8 @@ class TraceTailer:
             self.errors.append(str(err))  # the file is not read further
             return False
         if entry.header is not None:
-            self.model.feed(entry.name, entry.header, records, entry.truncated)
+            # a process's segments are one stream to the model
+            self.model.feed(entry.stem, entry.header, records, entry.truncated)
         return bool(records)
 
     # -- reading -----------------------------------------------------------------------
@@ -179,10 +197,26 @@ class TraceTailer:
         except OSError:
             return False
         for name in names:
-            entry = self._files.setdefault(name, _File(name, self.run_dir / name))
+            entry = self._files.get(name)
+            if entry is None:
+                entry = self._files[name] = _File(name, self.run_dir / name)
             if entry.error is None and entry.path is not None and self._read(entry, now):
                 grew = True
+        self._retire(set(names))
         return grew
+
+    def _retire(self, present: set[str]) -> None:
+        """Drop local segments the recorder deleted, once a later one of theirs exists."""
+        latest: dict[str, int] = {}
+        for entry in self._files.values():
+            latest[entry.stem] = max(latest.get(entry.stem, 0), entry.segment)
+        for name, entry in list(self._files.items()):
+            if entry.path is None or name in present or entry.segment >= latest[entry.stem]:
+                continue
+            progress, seen = self._retired.get(entry.stem, (0, 0))
+            self._retired[entry.stem] = (progress + entry.progress, seen + entry.records_seen)
+            del self._files[name]
+            self._newest_files = None
 
     def _read(self, entry: _File, now: float) -> bool:
         assert entry.path is not None
@@ -207,8 +241,9 @@ class TraceTailer:
     def forget(self, names: set[str]) -> None:
         """Drop files (mirrored ones whose source went away)."""
         for name in names:
-            self._files.pop(name, None)
-            self.model.forget(name)
+            entry = self._files.pop(name, None)
+            if entry is not None and not any(e.stem == entry.stem for e in self._files.values()):
+                self.model.forget(entry.stem)
         self._newest_files = None
 
     def drain(self) -> dict[str, bytes]:
@@ -228,22 +263,47 @@ class TraceTailer:
     def local_names(self) -> set[str]:
         return {e.name for e in self._files.values() if e.path is not None}
 
+    def _streams(self) -> dict[str, list[_File]]:
+        """stem -> the readable segments of that process."""
+        streams: dict[str, list[_File]] = {}
+        for entry in self._ranked():
+            streams.setdefault(entry.stem, []).append(entry)
+        return streams
+
     def traces(self) -> list[RankTrace]:
-        """Every readable file as a RankTrace of its header and truncation note; its
-        records are in :attr:`model`, not here."""
-        return [
-            RankTrace(str(e.path or e.name), e.header, (), e.truncated, tuple(e.skipped))
-            for e in self._ranked()
-            if e.header is not None
-        ]
+        """Every process's trace as a RankTrace of its first segment's header, its
+        truncation and corrupt-line notes; its records are in :attr:`model`, not here."""
+        traces = []
+        for files in self._streams().values():
+            files.sort(key=lambda e: e.segment)
+            first, last = files[0], files[-1]
+            assert first.header is not None
+            traces.append(
+                RankTrace(
+                    str(first.path or first.name),
+                    first.header,
+                    (),
+                    last.truncated,
+                    tuple(line for e in files for line in e.reader.skipped),
+                    tuple(w for e in files for w in e.reader.warnings),
+                    tuple(str(e.path or e.name) for e in files),
+                )
+            )
+        return traces
 
     def progress(self) -> dict[int, int]:
-        """rank -> number of progress records read so far (the newest file of a rank)."""
-        return {e.rank: e.progress for e in self._newest().values()}
+        """rank -> number of progress records read so far (the newest process of a rank,
+        all its segments, those dropped included)."""
+        streams = self._streams()
+        return {
+            rank: self._retired.get(e.stem, (0, 0))[0] + sum(f.progress for f in streams[e.stem])
+            for rank, e in self._newest().items()
+        }
 
     def records_seen(self) -> int:
         """Every record read so far, all files: changes whenever anything was read."""
-        return sum(e.records_seen for e in self._files.values())
+        retired = sum(seen for _, seen in self._retired.values())
+        return retired + sum(e.records_seen for e in self._files.values())
 
     def possibly_blocked(self) -> set[int]:
         """Ranks that are inside a communication call, or stalled with pending works."""
@@ -284,7 +344,8 @@ class TraceTailer:
         return {r: e.header.host for r, e in self._newest().items() if e.header is not None}
 
     def _newest(self) -> dict[int, _File]:
-        """rank -> its newest file (a restarted rank writes a new one)."""
+        """rank -> the last segment of its newest process (a restarted rank writes a new
+        trace; every segment's header has its process's start)."""
         if self._newest_files is None:
             self._newest_files = self._find_newest()
         return self._newest_files
@@ -294,7 +355,8 @@ class TraceTailer:
         for entry in self._ranked():
             rank = entry.rank
             other = best.get(rank)
-            wall = entry.header.wall if entry.header is not None else 0
-            if other is None or other.header is None or wall >= other.header.wall:
+            assert entry.header is not None
+            key = (entry.header.wall, entry.segment)
+            if other is None or other.header is None or key >= (other.header.wall, other.segment):
                 best[rank] = entry
         return best

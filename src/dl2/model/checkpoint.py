@@ -1,14 +1,10 @@
 """Checkpoints: where a rank's trace starts when its earlier segments were rotated away.
 
-# -- CONTRACT (swap point) --------------------------------------------------------------
-The record itself belongs to the trace schema, which another change adds (rotated trace
-segments, each starting with a ``checkpoint`` record that the reader yields like any
-record).  Until it lands, :class:`CheckpointRecord` below is the struct this model
-expects; when the schema's lands, replace the class with
-``from dl2.trace.schema.decode import CheckpointRecord`` (same fields) and nothing else
-changes.  ``tests/checkpoints.py`` synthesises one from a trace prefix: it is what the
-recorder must write.
-# ----------------------------------------------------------------------------------------
+The record belongs to the trace schema (:class:`dl2.trace.schema.decode.CheckpointRecord`):
+the recorder writes one at the start of every segment after the first, and the reader
+gives it back as the first record of a trace whose earlier segments are gone.
+``tests/checkpoints.py`` synthesises one from a trace prefix, to check the model against
+a build from the whole trace.
 
 What the model reads of a checkpoint (see :meth:`dl2.model.rank_state.RankModel.start`):
 
@@ -26,41 +22,19 @@ What the model reads of a checkpoint (see :meth:`dl2.model.rank_state.RankModel.
   channel are taken as its last ones (the recorder writes ``done`` for the works gloo
   completed before it writes a checkpoint, and gloo completes one channel's messages in
   order).
+* ``dropped``: the ids among ``open`` whose work was dropped (``drop`` records).
+* ``stores``: the blocking store calls entered and not returned.
 * ``pending`` (async works not seen complete) is implied by ``open`` and not read.
 
 What a checkpoint cannot tell, and the model then does not claim: mismatches between an
 op of an earlier segment and one after it, failed ops of earlier segments, new_group
-calls and non-member calls of earlier segments, store keys set before it, and which
-open ops were dropped (``drop`` records; to add: a ``dropped`` id list beside
-``issued``, until then a recorder must not cut a segment while a dropped op is open).
+calls and non-member calls of earlier segments, and store keys set before it.
 """
 
 from __future__ import annotations
 
-import msgspec
-
-from dl2.trace.schema.decode import OpRecord
+from dl2.trace.schema.decode import CheckpointRecord as CheckpointRecord
 from dl2.trace.schema.decode import Record
-from dl2.trace.schema.decode import WaitRecord
-
-
-class CheckpointRecord(
-    msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k", tag="checkpoint"
-):
-    """The first record of a rotated trace segment: the rank's state at that point."""
-
-    t: int = 0
-    segment: int = 0
-    next_id: int = 0
-    ops_before: int = 0
-    collectives: dict[str, int] = msgspec.field(default_factory=dict)
-    channels: tuple[tuple[str, int, int, int, int], ...] = ()
-    groups: dict[str, tuple[int, ...] | None] = msgspec.field(default_factory=dict)
-    open: tuple[OpRecord, ...] = ()
-    issued: tuple[int, ...] = ()
-    waits: tuple[WaitRecord, ...] = ()
-    pending: tuple[int, ...] = ()
-
 
 #: what a rank model is fed: the records of a trace, checkpoints included
-ModelRecord = Record | CheckpointRecord
+ModelRecord = Record

@@ -352,6 +352,7 @@ class RankModel:
         self.sink.resume(self.rank, ck, opened)
         entered = [(r.t, r.id) for r in ck.open if r.id not in issued]
         entered += [(w.t, w.id) for w in ck.waits]
+        entered += [(c.t, c.id) for c in ck.stores]
         for _, call in sorted(entered):
             self.open_calls[call] = None
         for wait in ck.waits:
@@ -359,6 +360,12 @@ class RankModel:
             target = self.ops.get(wait.work)
             if target is not None and target.waited_at is None:
                 target.waited_at = ck.ops_before
+        for oid in ck.dropped:
+            target = self.ops.get(oid)
+            if target is not None:
+                target.dropped = True
+        for store_call in ck.stores:
+            self.store_calls[store_call.id] = (store_call, ck.ops_before, self.n_records)
 
     # -- the rank's state --------------------------------------------------------------
 

@@ -19,8 +19,6 @@ from dl2.record.emulate import Deferred
 from dl2.record.recorder import Recorder
 from dl2.record.works import DeferredWork
 from dl2.record.works import EagerWork
-from dl2.trace.schema.encode import issued_then_wait_lines
-from dl2.trace.schema.encode import ret_line
 
 if TYPE_CHECKING:
     from dl2.record.pg import RecordingProcessGroup
@@ -59,7 +57,7 @@ def eager_args(args: tuple[Any, ...], kwargs: dict[str, Any], limit: int) -> tup
 
 
 def issue_eager(
-    rec: Recorder, oid: int, fn: Any, args: tuple[Any, ...], sync: bool, stack: str
+    rec: Recorder, oid: int, fn: Any, args: tuple[Any, ...], sync: bool, stack: int
 ) -> Any:
     """Issue an eager send (``args`` from :func:`eager_args`): gloo sends the copy in the
     background, the caller goes on."""
@@ -76,8 +74,7 @@ def issue_eager(
     if sync:
         # The blocking send returns at once: its ret, wait and wait's ret together.
         wid = next(rec.ids)
-        t = _now()
-        rec.emit(issued_then_wait_lines(oid, wid, t, _tid(), stack) + ret_line(wid, t))
+        rec.issued_wait(oid, wid, _now(), _tid(), stack, returned=True)
         return EagerWork(oid, rec, buffer, waited=True)
     rec.ret(oid)
     return EagerWork(oid, rec, buffer, waited=False)
@@ -96,7 +93,7 @@ def post(
     kwargs: dict[str, Any],
     eager: tuple[Any, ...] | None,
     anyranks: list[int] | None,
-    stack: str,
+    stack: int,
 ) -> Any:
     """Fused-batch emulation: count the op as posted in the job's store; for an op of a
     batch, defer its issue to the batch's launch and return the caller's placeholder

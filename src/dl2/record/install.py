@@ -34,9 +34,7 @@ from dl2.notice import notice
 from dl2.record import recorder as _recorder_mod
 from dl2.record.recorder import Recorder
 from dl2.record.stack import capture
-from dl2.record.stack import user_stack
-from dl2.trace.schema.encode import newgroup_line
-from dl2.trace.schema.encode import nonmember_line
+from dl2.record.stack import user_stack_id
 
 _now = time.monotonic_ns
 
@@ -234,8 +232,7 @@ def _patch(state: _Installed, dist: Any) -> None:
     def _warn_not_in_group(op_name: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             if rec.active:
-                stack = user_stack(sys._getframe(1))
-                rec.emit(nonmember_line(_now(), str(op_name), stack))
+                rec.nonmember(_now(), str(op_name), user_stack_id(sys._getframe(1)))
         except Exception:
             pass
         if args or kwargs:
@@ -316,7 +313,7 @@ def _prepare_group(
     if ranks and rec.active and c10d.GroupMember.WORLD is not None:
         my_rank = c10d.GroupMember.WORLD.rank()
         gid = str(arguments.get("group_name")) if my_rank in ranks else None
-        rec.emit(newgroup_line(next(rec.ids), _now(), ranks, gid, stack))
+        rec.newgroup(next(rec.ids), _now(), ranks, gid, stack)
     return bound.args, bound.kwargs, original_backend
 
 

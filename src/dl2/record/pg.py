@@ -8,7 +8,8 @@ trampoline of ``ProcessGroup``) both reach the methods overridden here.  Each on
 2. calls the same method of an inner plain ``ProcessGroup`` that holds the real
    ``ProcessGroupGloo`` (the inner group exposes every method name and overload the
    Python API uses, which the gloo backend object alone does not),
-3. writes ``ret`` (with ``err`` and re-raises if the call raised), and
+3. writes ``ret`` (with ``err`` and re-raises if the call raised; the ``ret`` of an
+   async op issued is held back to share the next record's write), and
 4. for an async call (``async_op=True``, ``isend``/``irecv``, DDP's C++ calls) returns a
    :class:`RecordedWork` whose ``wait()`` writes ``wait`` and ``ret``; for a blocking
    one (``async_op=False``, ``send``/``recv``), whose API would wait at once, it waits
@@ -22,10 +23,10 @@ still runs gloo, unrecorded.  In torch 2.13 the functional collectives go throug
 forwarded methods (``all_gather_single_coalesced``, ``reduce_scatter_single_coalesced``,
 ``allreduce``, ...) and are recorded, with their waits.
 
-Records are encoded by :mod:`dl2.trace.schema.encode` (f-strings, with the group name
-encoded once and cached).  The op-specific fields come from :mod:`dl2.record.describe`,
-the works handed back from :mod:`dl2.record.works`, and the emulated send semantics
-from :mod:`dl2.record.emulated`.
+Records are encoded by the recorder's stream encoder (:mod:`dl2.trace.schema.stream`,
+with the group name encoded once and cached, and stacks passed as interned ids).  The
+op-specific fields come from :mod:`dl2.record.describe`, the works handed back from
+:mod:`dl2.record.works`, and the emulated send semantics from :mod:`dl2.record.emulated`.
 """
 
 from __future__ import annotations
@@ -48,12 +49,7 @@ from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
 from dl2.record.stack import capture
 from dl2.record.works import RecordedWork
-from dl2.trace.schema.encode import DEFERRED_FIELD
-from dl2.trace.schema.encode import EAGER_FIELD
-from dl2.trace.schema.encode import batch_field
-from dl2.trace.schema.encode import issued_then_wait_lines
 from dl2.trace.schema.encode import json_str
-from dl2.trace.schema.encode import op_line
 from dl2.trace.schema.encode import peer_tag_fields
 from dl2.trace.schema.encode import ranks_field
 
@@ -154,9 +150,9 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             self._dl2_seq = seq + 1
             oid = next(rec.ids)
             rec.last_tid = tid = _tid()
-            rec.emit(
-                op_line(oid, _now(), tid, self._dl2_gid_json, seq, op, api, extra, is_async, stack)
-            )
+            gid, gid_json = self._dl2_gid, self._dl2_gid_json
+            enc: Any = rec.enc  # the stream encoder, set while recording is active
+            enc.op(oid, _now(), tid, gid, gid_json, seq, op, api, extra, is_async, stack)
         except Exception:
             return fn(*args, **kwargs)
         return self._dl2_issue(oid, fn, args, kwargs, is_async, None, stack, tid)
@@ -192,15 +188,13 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             self._dl2_p2p_seq[key] = seq + 1
             oid = next(rec.ids)
             rec.last_tid = tid = _tid()
-            after = ""
-            in_batch = False
+            batch: int | None = None
             if rec.batches:
                 slot = rec.batches.get(tid)
                 if slot is not None:
-                    in_batch = True
                     if not slot[0]:
                         slot[0] = oid
-                    after = batch_field(slot[0])
+                    batch = slot[0]
             # Emulated semantics (dl2.record.emulate): an eager send, a deferred batch op.
             limit = rec.eager_bytes
             eager = (
@@ -208,18 +202,13 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
                 if direction == "send" and limit >= 0
                 else None
             )
-            if eager is not None:
-                after += EAGER_FIELD
             gate = rec.gate
-            deferred = gate is not None and in_batch and not sync
-            if deferred:
-                after += DEFERRED_FIELD
+            deferred = gate is not None and batch is not None and not sync
             fields = peer_tag_fields(peer, tag) + tensor_desc(tensors)
-            gid, is_async = self._dl2_gid_json, not sync
-            line = op_line(
-                oid, _now(), tid, gid, seq, direction, api, fields, is_async, stack, after
-            )
-            rec.emit(line)
+            rec.enc.op(  # type: ignore[union-attr]
+                oid, _now(), tid, self._dl2_gid, self._dl2_gid_json, seq, direction, api,
+                fields, not sync, stack, batch, eager is not None, deferred, peer, tag,
+            )  # fmt: skip
         except Exception:
             return fn(*args, **kwargs)
         if gate is not None:
@@ -244,7 +233,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         kwargs: dict[str, Any],
         is_async: bool,
         anyranks: list[int] | None,
-        stack: str,
+        stack: int,
         tid: int,
         point_to_point: bool = False,
     ) -> Any:
@@ -259,7 +248,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             rec.ret(oid)
             return work  # monitored_barrier: synchronous, no work
         if is_async:
-            rec.ret(oid)
+            rec.ret_later(oid, None)  # issued: shares the next write (DDP's next bucket)
             try:
                 rec.add_pending(oid, work, anyranks)
                 return RecordedWork(work, oid, rec, anyranks, p2p=point_to_point)
@@ -270,7 +259,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         # wait go out in one write, the wait's ret shares the next one.
         try:
             wid = next(rec.ids)
-            rec.emit(issued_then_wait_lines(oid, wid, _now(), tid, stack))
+            rec.issued_wait(oid, wid, _now(), tid, stack)
             blocking = rec.blocking
             blocking[tid] = oid  # pending while waited on (the watchdog lists it)
         except Exception:
@@ -310,7 +299,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         return self._dl2_p2p("recv_anysource", _getframe(1), args, kwargs)
 
 
-def _capture_p2p(frame: Any) -> tuple[str | None, str, bool]:
+def _capture_p2p(frame: Any) -> tuple[str | None, int, bool]:
     """capture() plus whether the P2P op is blocking: issued by c10d's ``send``/``recv``
     (and not ``isend``/``irecv``/``batch_isend_irecv``)."""
     api, stack = capture(frame)
@@ -371,20 +360,10 @@ def create_group(recorder: Recorder, dist_opts: Any, backend_options: Any) -> An
             api, stack = ctx if ctx is not None else capture(_getframe(1))
             oid = next(recorder.ids)
             fields = ranks_field(ranks)
-            recorder.emit(
-                op_line(
-                    oid,
-                    _now(),
-                    _tid(),
-                    json_str(gid),
-                    None,
-                    "create_group",
-                    api,
-                    fields,
-                    False,
-                    stack,
-                )
-            )
+            recorder.op(
+                oid, _now(), _tid(), gid, json_str(gid), None, "create_group", api, fields,
+                False, stack, ranks=ranks,
+            )  # fmt: skip
     except Exception:
         oid = 0
     try:

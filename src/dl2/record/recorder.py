@@ -4,22 +4,28 @@ There is one :class:`Recorder` per process (``RECORDER``), created by
 :func:`dl2.record.install`.  The trace file is opened when the default process group is
 created, because only then is the global rank known.  Everything here is careful never
 to raise into the job: recording errors cost the record, never the run.
+
+Records are encoded and written by the stream's
+:class:`~dl2.trace.schema.stream.StreamEncoder`, whose lines depend on the lines before
+them (interned stacks, id and time deltas): each record is encoded and written under its
+lock, so the file holds them in the order they were encoded, and a segment is rotated
+between two records (:meth:`Recorder._roll` opens the next one).
 """
 
 from __future__ import annotations
 
-import collections
+import functools
 import itertools
 import os
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from dl2.notice import notice
+from dl2.record.stack import STACKS
 from dl2.record.writer import TraceWriter
-from dl2.trace.schema.encode import done_line
-from dl2.trace.schema.encode import end_line
-from dl2.trace.schema.encode import ret_line
+from dl2.trace.schema.stream import StreamEncoder
 
 _now = time.monotonic_ns
 
@@ -35,6 +41,9 @@ class Recorder:
 
     Attributes:
         writer: the open trace writer, or None before the default group exists.
+        enc: the stream encoder that writes the records (the recording group calls its
+            :meth:`~dl2.trace.schema.stream.StreamEncoder.op`, the hot path, directly),
+            or None while nothing is recorded.
         pending: op id -> (gloo's work, the group's global ranks for a wildcard recv or
             None) for async ops not yet waited on and not yet seen complete.
         blocking: thread id -> the blocking op that thread is waiting on.
@@ -46,10 +55,8 @@ class Recorder:
     def __init__(self, run_dir: str) -> None:
         self.run_dir = run_dir
         self.writer: TraceWriter | None = None
+        self.enc: StreamEncoder | None = None
         self.fd = -1  # the writer's descriptor while it is enabled, else -1
-        # Record lines held back to share the next write (see ret_later); deque appends
-        # and pops are atomic, so threads can drain it without a lock.
-        self.tail: collections.deque[str] = collections.deque()
         self.ids = itertools.count(1)
         self.pending: dict[int, tuple[Any, list[int] | None]] = {}
         self.blocking: dict[int, int] = {}  # thread id -> blocking op it is waiting on
@@ -59,7 +66,7 @@ class Recorder:
         self.last_tid = 0  # the thread that issued the last op (the watchdog watches it)
         # Works the user polled with is_completed() and found incomplete since the
         # watchdog last looked: op id -> the user's stack at the first such poll.
-        self.polled: dict[int, str] = {}
+        self.polled: dict[int, int] = {}
         self.ended = False
         self.local = threading.local()
         self.watchdog: Any = None
@@ -79,12 +86,24 @@ class Recorder:
             return
         if writer is not None:
             writer.close()
-        self.writer = TraceWriter(
+        self.writer = writer = TraceWriter(
             self.run_dir, rank, world_size, "gloo", torch_version, self.emulation()
         )
-        self.fd = self.writer.fd
+        self.fd = writer.fd
+        self.enc = None
+        if writer.enabled:
+            self.enc = StreamEncoder(
+                rank,
+                writer.t0,
+                STACKS,
+                functools.partial(os.write, writer.fd),
+                room=writer.room,
+                roll=self._roll,
+                on_error=self.fail,
+                clock=_now,
+            )
         self.ended = False
-        if self.writer.enabled and self.watchdog is None:
+        if writer.enabled and self.watchdog is None:
             try:
                 from dl2.record.watchdog import Watchdog
 
@@ -92,6 +111,17 @@ class Recorder:
                 self.watchdog.start()
             except Exception as err:  # the watchdog is optional
                 notice(f"watchdog not started: {err!r}")
+
+    def _roll(self, segment: int, prologue: str) -> tuple[Any, int] | None:
+        """Start the next segment (the encoder calls this under its lock)."""
+        writer = self.writer
+        if writer is None:
+            return None
+        writer.open_segment(segment, prologue)
+        self.fd = writer.fd
+        if not writer.enabled:
+            return None
+        return functools.partial(os.write, writer.fd), writer.room
 
     def emulation(self) -> tuple[int, bool] | None:
         """The header's ``emulate`` as ``(eager_bytes, fused_batches)``, or None when
@@ -117,24 +147,34 @@ class Recorder:
         """True while records can be written."""
         return self.fd >= 0
 
-    def emit(self, line: str) -> None:
-        """Append one encoded record line (JSON object plus newline) in one write,
-        preceded by any held-back lines."""
-        fd = self.fd
-        if fd >= 0:
-            tail = self.tail
-            if tail:
-                if len(tail) == 1:  # the common case: a wait's ret, inlined (hot path)
-                    try:
-                        line = tail.popleft() + line
-                    except IndexError:  # drained by another thread meanwhile
-                        pass
-                else:
-                    line = self._drain() + line
-            try:
-                os.write(fd, line.encode())
-            except OSError as err:
-                self.fail(err)
+    @property
+    def tail(self) -> Any:
+        """The records held back to share the next write."""
+        return self.enc.tail if self.enc is not None else ()
+
+    # -- records (see dl2.trace.schema.stream for each) ----------------------------------
+
+    def op(self, *args: Any, **kwargs: Any) -> None:
+        """An op entered (the recording group calls ``enc.op`` itself on its hot path)."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.op(*args, **kwargs)
+
+    def issued_wait(
+        self, oid: int, wid: int, t: int, tid: int, sid: int, returned: bool = False
+    ) -> None:
+        """Blocking op ``oid`` was issued and its thread waits on it (wait ``wid``);
+        ``returned``: the wait returned at once.
+
+        Held back like the wait's ``ret`` (:meth:`ret_later`): when the wait returns
+        quickly, both share the next record's write (a blocking op costs one write);
+        when it blocks, the watchdog writes it within one period.
+        """
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.hold_issued_wait(oid, wid, t, tid, sid)
+            if returned:
+                enc.hold_ret(wid, t)
 
     def ret_later(self, oid: int, src: int | None) -> None:
         """A ``ret`` that may wait for the next write (at most one watchdog period).
@@ -143,22 +183,84 @@ class Recorder:
         issued, so it can share the next record's write instead of costing a syscall of
         its own; the watchdog and the exit hook flush it when no record follows.
         """
-        self.tail.append(ret_line(oid, _now(), None, src))
+        enc = self.enc
+        if enc is not None:
+            enc.hold_ret(oid, _now(), src)
+
+    def wait(self, wid: int, t: int, tid: int, work: int, sid: int, returned: bool = False) -> None:
+        """Thread ``tid`` waits on op ``work`` (``returned``: the wait returned at once)."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.wait(wid, t, tid, work, sid, t if returned else 0)
+
+    def ret(self, oid: int, err: BaseException | None = None, src: int | None = None) -> None:
+        """The ``ret`` record of op or wait ``oid``."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.ret(oid, _now(), _describe(err) if err is not None else None, src)
+
+    def done(self, oid: int, src: int | None = None) -> None:
+        """The ``done`` record of async op ``oid`` seen complete."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.done(oid, _now(), src)
+
+    def newgroup(
+        self, nid: int, t: int, ranks: Sequence[int] | None, gid: str | None, sid: int
+    ) -> None:
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.newgroup(nid, t, ranks, gid, sid)
+
+    def nonmember(self, t: int, api: str, sid: int) -> None:
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.nonmember(t, api, sid)
+
+    def store(
+        self,
+        cid: int,
+        t: int,
+        tid: int,
+        op: str,
+        store: str | None,
+        prefix: str,
+        keys: Sequence[str],
+        block: bool,
+        sid: int,
+        timeout: float | None = None,
+    ) -> None:
+        """A c10d Store call (see :meth:`~dl2.trace.schema.stream.StreamEncoder.store`)."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.store(cid, t, tid, op, store, prefix, keys, block, sid, timeout)
+
+    def state(self, t: int, pending: Sequence[int], where: str, sid: int) -> None:
+        """The watchdog's ``state`` record."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.state_record(t, pending, where, sid)
+
+    def end(self, how: str) -> None:
+        """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
+        enc = self.enc
+        if not self.active or enc is None:
+            return
+        if how == "exit":
+            if self.ended:
+                return
+            self.ended = True
+        # Works seen complete by now are recorded before the end; the rest end with
+        # their groups (nothing is written of them after it).
+        self.poll_pending()
+        self.pending = {}
+        enc.end(_now(), how)
 
     def flush(self) -> None:
-        """Write the held-back lines now."""
-        if self.tail and self.fd >= 0:
-            self.emit("")
-
-    def _drain(self) -> str:
-        tail = self.tail
-        parts = []
-        try:
-            while True:
-                parts.append(tail.popleft())
-        except IndexError:
-            pass
-        return "".join(parts)
+        """Write the held-back records now."""
+        enc = self.enc
+        if enc is not None and self.fd >= 0:
+            enc.flush()
 
     def fail(self, err: OSError) -> None:
         """A write failed: stop recording (the writer prints the one-line notice)."""
@@ -167,31 +269,11 @@ class Recorder:
             self.writer.fail(err)
 
     def close(self) -> None:
-        """Stop recording and close the file (held-back lines are written first)."""
+        """Stop recording and close the file (held-back records are written first)."""
         self.flush()
         self.fd = -1
         if self.writer is not None:
             self.writer.close()
-
-    # -- records that are not ops -------------------------------------------------------
-
-    def ret(self, oid: int, err: BaseException | None = None, src: int | None = None) -> None:
-        """The ``ret`` record of op or wait ``oid``."""
-        self.emit(ret_line(oid, _now(), _describe(err) if err is not None else None, src))
-
-    def done(self, oid: int, src: int | None = None) -> None:
-        """The ``done`` record of async op ``oid`` seen complete."""
-        self.emit(done_line(oid, _now(), src))
-
-    def end(self, how: str) -> None:
-        """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
-        if not self.active:
-            return
-        if how == "exit":
-            if self.ended:
-                return
-            self.ended = True
-        self.emit(end_line(_now(), how))
 
     # -- pending async works ----------------------------------------------------------
 
@@ -222,7 +304,7 @@ class Recorder:
         """In a forked child: forget the parent's file, works and watchdog (the parent's
         held-back lines are the parent's to write; the child closes only its copy of the
         descriptor)."""
-        self.tail.clear()
+        self.enc = None  # its lock may have been held by another thread at the fork
         self.fd = -1
         if self.writer is not None:
             self.writer.close()

@@ -1,13 +1,13 @@
-"""The user's call stack at a communication call, captured cheaply.
+"""The user's call stack at a communication call, captured cheaply, as an interned id.
 
 A walk up ``sys._getframe()`` that classifies each code object once (user code, a
 library dl2 and torch skip, or a torch.distributed API function) and keeps that verdict,
-plus the frame's JSON prefix and suffix, in a cache keyed by the code object.  A capture
-then costs one dict lookup and one string join per frame, with no ``linecache`` and no
-``json.dumps``.
-
-The stack comes back already encoded as a JSON array of ``[file, line, function]``
-triples, innermost first, ready to be pasted into a record.
+plus each frame's encoded ``[file, line, function]`` per instruction offset, in a cache
+keyed by the code object: no ``linecache``, no ``json.dumps``.  The kept frames' cached
+texts (whose hashes are cached too) are the key of the stack: a stack seen before is
+found in one dict lookup, with no joining; only a new one is encoded (a JSON array,
+innermost first) and interned in :data:`STACKS`, the process's table of stacks, whose
+ids the trace refers to (each segment defines the ones it uses).
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ import sysconfig
 from types import CodeType
 from types import FrameType
 
+from dl2.trace.schema.encode import StackTable
 from dl2.trace.schema.encode import frame_json
 from dl2.trace.schema.encode import stack_json
+
+#: The process's stacks: id -> encoded stack (the trace's stack ids).
+STACKS = StackTable()
 
 # Frame kinds.
 USER = 0  # the user's code (or any library that is not torch, dl2 or a wrapper)
@@ -89,6 +93,8 @@ _STDLIB_DIRS = tuple(
 _Entry = tuple[CodeType, int, dict[int, str]]
 _cache: dict[int, _Entry] = {}
 _CACHE_LIMIT = 50_000
+# The encoded frames of a stack -> its id in STACKS.
+_ids: dict[tuple[str, ...], int] = {}
 
 
 def classify_file(filename: str) -> int:
@@ -136,7 +142,7 @@ def _frame_json(code: CodeType, frame: FrameType, lines: dict[int, str]) -> str:
     return text
 
 
-def capture(frame: FrameType | None) -> tuple[str | None, str]:
+def capture(frame: FrameType | None) -> tuple[str | None, int]:
     """The API called and the user stack, starting at ``frame`` (the caller of a hook).
 
     Args:
@@ -144,13 +150,12 @@ def capture(frame: FrameType | None) -> tuple[str | None, str]:
             that called the method; for a call from C++, the last Python frame).
 
     Returns:
-        ``(api, stack_json)``: ``api`` is the outermost function of
+        ``(api, stack id)``: ``api`` is the outermost function of
         torch.distributed.distributed_c10d (or of the functional collectives) among the
         library frames between ``frame`` and the first user frame: the API the user (or
         a torch library such as FSDP) called.  None when there is none: the call came
         from C++ on behalf of no such function, e.g. from DDP's reducer during
-        ``loss.backward()``.  ``stack_json`` is the JSON array of up to MAX_FRAMES user frames,
-        innermost first.
+        ``loss.backward()``.  The stack id is :func:`user_stack_id`'s.
     """
     cache = _cache
     api: str | None = None
@@ -163,13 +168,14 @@ def capture(frame: FrameType | None) -> tuple[str | None, str]:
         if kind == API:
             api = code.co_name
         f = f.f_back
-    return api, user_stack(f)
+    return api, user_stack_id(f)
 
 
-def user_stack(frame: FrameType | None) -> str:
-    """The JSON array of up to MAX_FRAMES user frames from ``frame`` outwards, innermost
-    first; when all of them are installed packages' frames, the last is replaced by the
-    first frame of the user's own code further out (if within MAX_WALK frames)."""
+def user_stack_id(frame: FrameType | None) -> int:
+    """The id (in :data:`STACKS`) of the up to MAX_FRAMES user frames from ``frame``
+    outwards, innermost first; when all of them are installed packages' frames, the
+    last is replaced by the first frame of the user's own code further out (if within
+    MAX_WALK frames)."""
     cache = _cache
     parts: list[str] = []
     own = False  # a frame of the user's own code (not an installed package) is kept
@@ -193,7 +199,20 @@ def user_stack(frame: FrameType | None) -> str:
                 break
         walked += 1
         f = f.f_back
-    return stack_json(parts)
+    # The frames' cached texts are the key: their hashes are cached, so a stack seen
+    # before costs one lookup, and is never joined again.
+    key = tuple(parts)
+    sid = _ids.get(key)
+    if sid is None:
+        if len(_ids) >= _CACHE_LIMIT:
+            _ids.clear()
+        sid = _ids[key] = STACKS.intern(stack_json(parts))
+    return sid
+
+
+def user_stack(frame: FrameType | None) -> str:
+    """The encoded stack of :func:`user_stack_id` (a JSON array of frames)."""
+    return STACKS.text(user_stack_id(frame))
 
 
 _BACKWARD_NAMES = frozenset({"_engine_run_backward", "run_backward"})

@@ -41,8 +41,6 @@ from dl2.record.stack import _TORCH_DIRS
 from dl2.record.stack import capture
 from dl2.trace.schema import STORE_SETS
 from dl2.trace.schema import STORE_WAITS
-from dl2.trace.schema.encode import EMPTY_STACK
-from dl2.trace.schema.encode import store_line
 
 _getframe = sys._getframe
 _now = time.monotonic_ns
@@ -160,7 +158,7 @@ def _record(
     api, stack = capture(frame)
     if api is not None:
         return 0  # inside a torch.distributed API function: its own bookkeeping
-    if stack == EMPTY_STACK and caller.startswith(_TORCH_DIRS):
+    if stack == 0 and caller.startswith(_TORCH_DIRS):  # sid 0: the empty stack
         return 0  # torch code with no user frame above it (a torch thread)
     keys = _keys(name, args, kwargs)
     base, prefix = identity(store)
@@ -171,7 +169,7 @@ def _record(
     # other thread waits there while it computes ("python")
     tid = _tid()
     timeout = _timeout(name, args, kwargs)
-    rec.emit(store_line(sid, _now(), tid, name, base, prefix, keys, block, stack, timeout))
+    rec.store(sid, _now(), tid, name, base, prefix, keys, block, stack, timeout)
     return sid
 
 

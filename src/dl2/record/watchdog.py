@@ -25,9 +25,8 @@ import threading
 import time
 from typing import Any
 
-from dl2.record.stack import user_stack
+from dl2.record.stack import user_stack_id
 from dl2.record.stack import where
-from dl2.trace.schema.encode import state_line
 
 PERIOD_S = 0.2
 QUIET_NS = 300_000_000
@@ -53,7 +52,7 @@ class Watchdog:
         self._main_ident = threading.main_thread().ident
         self._last_size = -1
         self._last_activity = time.monotonic_ns()
-        self._last_state: tuple[tuple[int, ...], str, str] | None = None
+        self._last_state: tuple[tuple[int, ...], str, int] | None = None
         self._last_state_activity = 0
         self._poll_ticks = 0
         self._thread = threading.Thread(target=self._run, name="dl2-watchdog", daemon=True)
@@ -104,10 +103,10 @@ class Watchdog:
             # rank spins on them (its stack is the one of its first poll).
             state = (tuple(spinning), "poll", polled[spinning[0]])
         else:
-            state = (tuple(sorted(pending)), doing, user_stack(frame))
+            state = (tuple(sorted(pending)), doing, user_stack_id(frame))
         del frame
         if state != self._last_state or self._last_activity != self._last_state_activity:
-            rec.emit(state_line(time.monotonic_ns(), state[0], state[1], state[2]))
+            rec.state(time.monotonic_ns(), state[0], state[1], state[2])
             self._last_state = state
             self._last_state_activity = self._last_activity
         self._last_size = writer.size()

@@ -20,11 +20,7 @@ import torch.distributed as dist
 
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
-from dl2.record.stack import user_stack
-from dl2.trace.schema.encode import done_line
-from dl2.trace.schema.encode import drop_line
-from dl2.trace.schema.encode import ret_line
-from dl2.trace.schema.encode import wait_line
+from dl2.record.stack import user_stack_id
 
 _getframe = sys._getframe
 _now = time.monotonic_ns
@@ -145,7 +141,7 @@ class RecordedWork(ForwardingWork):
         self._dl2_anyranks = anyranks
         self._dl2_waited = waited
         self._dl2_p2p = p2p
-        self._dl2_poll_stack: str | None = None
+        self._dl2_poll_stack: int | None = None
 
     def __del__(self) -> None:
         """The owner dropped a send or receive it never waited on.
@@ -161,13 +157,14 @@ class RecordedWork(ForwardingWork):
         try:
             rec = self._dl2_rec
             oid = self._dl2_oid
-            if rec.pending.pop(oid, None) is None or rec.fd < 0:
+            enc = rec.enc
+            if rec.pending.pop(oid, None) is None or rec.fd < 0 or enc is None:
                 return  # waited on, seen complete, or not recording
             inner = self._dl2_work
             if inner.is_completed():
-                rec.tail.append(done_line(oid, _now(), source_of(inner, self._dl2_anyranks)))
+                enc.hold_done(oid, _now(), source_of(inner, self._dl2_anyranks))
             else:
-                rec.tail.append(drop_line(oid, _now()))
+                enc.hold_drop(oid, _now())
         except Exception:
             pass
 
@@ -181,7 +178,7 @@ class RecordedWork(ForwardingWork):
             return bool(inner.wait() if timeout is None else inner.wait(timeout))
         try:
             wid = next(rec.ids)
-            rec.emit(wait_line(wid, _now(), _tid(), self._dl2_oid, user_stack(_getframe(1))))
+            rec.wait(wid, _now(), _tid(), self._dl2_oid, user_stack_id(_getframe(1)))
         except Exception:
             return bool(inner.wait() if timeout is None else inner.wait(timeout))
         try:
@@ -208,7 +205,7 @@ class RecordedWork(ForwardingWork):
                 # from one computing (see Watchdog.tick).
                 stack = self._dl2_poll_stack
                 if stack is None:
-                    stack = self._dl2_poll_stack = user_stack(_getframe(1))
+                    stack = self._dl2_poll_stack = user_stack_id(_getframe(1))
                 rec.polled[self._dl2_oid] = stack
         except Exception:
             pass
@@ -244,9 +241,8 @@ class EagerWork(dist.Work):  # type: ignore[misc]
         try:
             if rec.active:
                 wid = next(rec.ids)
-                t = _now()
-                stack = user_stack(_getframe(1))
-                rec.emit(wait_line(wid, t, _tid(), self._dl2_oid, stack) + ret_line(wid, t))
+                stack = user_stack_id(_getframe(1))
+                rec.wait(wid, _now(), _tid(), self._dl2_oid, stack, returned=True)
         except Exception:
             pass
         return True

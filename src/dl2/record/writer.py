@@ -1,9 +1,15 @@
-"""The per-rank trace file: an append-only JSON Lines file written one record per syscall.
+"""The per-rank trace: append-only JSON Lines segments, written one record per syscall.
 
 Each record goes to the kernel with a single ``os.write`` on an ``O_APPEND`` descriptor,
 and the record of an operation is written *before* the operation is issued: a gloo size
 mismatch aborts the process from a gloo thread within milliseconds, with no Python
 handler and no atexit, so anything still buffered in user space would be lost.
+
+The trace is bounded: once a segment holds ``segment_bytes``, the next record opens a
+new segment (header, then a checkpoint of what came before), and the segment ``keep``
+places older is deleted.  ``DL2_SEGMENT_BYTES`` and ``DL2_KEEP`` (a number, or "all":
+delete nothing) set both; the defaults bound a rank's trace to ``KEEP`` x
+``SEGMENT_BYTES`` = 64 MiB on disk.
 
 A writer never raises into the job: the first ``OSError`` (unwritable directory, disk
 full, closed descriptor) disables it and prints one line to stderr.
@@ -20,9 +26,30 @@ from dl2._version import __version__
 from dl2.trace.format import trace_file_name
 from dl2.trace.schema.encode import header_line
 
+ENV_SEGMENT_BYTES = "DL2_SEGMENT_BYTES"
+ENV_KEEP = "DL2_KEEP"
+#: A new segment once the current one holds this many bytes.
+SEGMENT_BYTES = 16 << 20
+#: Segments kept (the newest); older ones are deleted.
+KEEP = 4
+
+
+def retention_from_env() -> tuple[int, int]:
+    """``(segment_bytes, keep)`` from the environment (keep 0: every segment)."""
+    try:
+        size = int(os.environ.get(ENV_SEGMENT_BYTES, "") or SEGMENT_BYTES)
+    except ValueError:
+        size = SEGMENT_BYTES
+    text = os.environ.get(ENV_KEEP, "").strip().lower()
+    try:
+        keep = 0 if text == "all" else int(text or KEEP)
+    except ValueError:
+        keep = KEEP
+    return max(size, 1024), max(keep, 0)
+
 
 class TraceWriter:
-    """Appends records to one rank's trace file.
+    """Appends records to one rank's trace, segment after segment.
 
     Args:
         run_dir: the run directory (created if missing).
@@ -32,12 +59,17 @@ class TraceWriter:
         torch_version: ``torch.__version__`` (recorded in the header).
         emulate: the emulated send semantics (``dl2.record.emulate``) as
             ``(eager_bytes, fused_batches)``, or None.
+        retain: ``(segment_bytes, keep)``; default :func:`retention_from_env`.
 
     Attributes:
-        path: the trace file, or None when it could not be opened.
+        path: the current segment, or None when it could not be opened.
         enabled: False once a write failed; later writes are dropped.
-        t0: ``time.monotonic_ns()`` when the file was opened.
+        t0: ``time.monotonic_ns()`` when the first segment was opened (every segment's
+            header carries it: record times are offsets from it).
         fd: the open descriptor, or -1.
+        segment: the current segment's number.
+        room: bytes the current segment may still take before the next record opens a
+            new one.
     """
 
     def __init__(
@@ -48,43 +80,79 @@ class TraceWriter:
         backend: str = "gloo",
         torch_version: str = "",
         emulate: tuple[int, bool] | None = None,
+        retain: tuple[int, int] | None = None,
     ) -> None:
+        self.run_dir = run_dir
         self.rank = rank
+        self.world_size = world_size
         self.pid = os.getpid()
         self.enabled = False
         self.path: str | None = None
         self.t0 = time.monotonic_ns()
+        self.wall = time.time_ns()
         self.fd = -1
+        self.segment = 0
+        self.segment_bytes, self.keep = retain or retention_from_env()
+        self.room = self.segment_bytes
         self._reported = False
+        self._header = (backend, torch_version, emulate, socket.gethostname())
         try:
             os.makedirs(run_dir, exist_ok=True)
-            path = os.path.join(run_dir, trace_file_name(rank, self.pid))
-            self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-            self.path = path
-            self.enabled = True
-            header = header_line(
-                rank=rank,
-                world_size=world_size,
-                pid=self.pid,
-                host=socket.gethostname(),
-                t0=self.t0,
-                wall=time.time_ns(),
-                dl2=__version__,
-                torch=torch_version,
-                backend=backend,
-                argv=sys.argv,
-                emulate=emulate,
-            )
-            self.write_line(header)
         except OSError as err:
             self.fail(err)
+            return
+        self.open_segment(0, "")
+
+    def _header_line(self, segment: int) -> str:
+        backend, torch_version, emulate, host = self._header
+        return header_line(
+            rank=self.rank,
+            world_size=self.world_size,
+            pid=self.pid,
+            host=host,
+            t0=self.t0,
+            wall=self.wall,
+            dl2=__version__,
+            torch=torch_version,
+            backend=backend,
+            argv=sys.argv,
+            emulate=emulate,
+            segment=segment,
+            retain=(self.segment_bytes, self.keep),
+        )
+
+    def open_segment(self, segment: int, prologue: str) -> None:
+        """Start segment ``segment`` with its header and ``prologue`` (one write), close
+        the previous one and delete the one ``keep`` segments older."""
+        path = os.path.join(self.run_dir, trace_file_name(self.rank, self.pid, segment))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as err:
+            self.fail(err)
+            return
+        previous, self.fd, self.path = self.fd, fd, path
+        self.segment = segment
+        self.enabled = True
+        self.room = self.segment_bytes
+        if previous >= 0:
+            try:
+                os.close(previous)
+            except OSError:
+                pass
+        self.write_line(self._header_line(segment) + prologue)
+        if self.keep and segment >= self.keep:
+            old = trace_file_name(self.rank, self.pid, segment - self.keep)
+            try:
+                os.unlink(os.path.join(self.run_dir, old))
+            except OSError:
+                pass
 
     def write_line(self, line: str) -> None:
-        """Append one record line from :mod:`dl2.trace.schema.encode`."""
+        """Append lines from :mod:`dl2.trace.schema` (one write)."""
         self.write_bytes(line.encode())
 
     def write_bytes(self, data: bytes) -> None:
-        """Append one already-encoded record line (must end with a newline)."""
+        """Append already-encoded lines (ending with a newline) in one write."""
         if not self.enabled:
             return
         try:
@@ -92,6 +160,8 @@ class TraceWriter:
             os.write(self.fd, data)
         except OSError as err:
             self.fail(err)
+            return
+        self.room -= len(data)
 
     def close(self) -> None:
         """Close the file; later writes are dropped silently."""
@@ -104,7 +174,8 @@ class TraceWriter:
             self.fd = -1
 
     def size(self) -> int:
-        """The file's current size in bytes (-1 if unknown): grows with every record."""
+        """The current segment's size in bytes (-1 if unknown): changes with every
+        record (and with the segment)."""
         try:
             return os.fstat(self.fd).st_size if self.fd >= 0 else -1
         except OSError:

@@ -15,7 +15,8 @@ from dl2.errors import NoDataError
 from dl2.errors import TraceFormatError
 from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
-from dl2.trace.format import read_trace_file
+from dl2.trace.format import read_trace_stream
+from dl2.trace.format import stream_of
 from dl2.trace.schema.decode import EndRecord
 
 RUN_META = "run.json"
@@ -57,10 +58,12 @@ class Session:
     """Every rank's trace of one run.
 
     Attributes:
-        traces: rank -> its trace.
+        traces: rank -> its trace (a rotated one, whose oldest segments are gone,
+            starts with its checkpoint).
         process_states: rank -> ALIVE | EXITED | FAILED | KILLED | UNKNOWN, as seen by the launcher
             or the live monitor; ranks absent here are UNKNOWN.
-        warnings: problems met while loading (truncated records, duplicate ranks).
+        warnings: problems met while loading (truncated records, duplicate ranks,
+            corrupt records skipped, rotated history).
         run_dir: the directory it was read from, if any.
         ending: how the job ended, as the launcher or live monitor saw it (``run.json``'s
             ``reason``): "finished" (its processes ended on their own), "deadlock",
@@ -82,6 +85,25 @@ class Session:
     @property
     def ranks(self) -> list[int]:
         return sorted(self.traces)
+
+    def rotated_ranks(self) -> list[int]:
+        """Ranks whose oldest segments were rotated away (``dl2 run --keep all`` keeps them)."""
+        return sorted(r for r, t in self.traces.items() if t.rotated)
+
+    def require_whole_history(self, command: str) -> None:
+        """Refuse a run whose history was rotated away, for a command that needs it.
+
+        Raises:
+            TraceFormatError: some rank's oldest segments are gone.
+        """
+        rotated = self.rotated_ranks()
+        if rotated:
+            ranks = ", ".join(str(r) for r in rotated)
+            raise TraceFormatError(
+                f"{command} needs every op of the run, but the oldest trace segments of "
+                f"rank(s) {ranks} were rotated away; record it again with "
+                "`dl2 run --keep all`"
+            )
 
     def missing_ranks(self) -> list[int]:
         """Ranks of the world that left no (readable) trace file."""
@@ -108,13 +130,23 @@ class Session:
 
 
 def discover_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
-    """The per-rank trace files of a run directory, sorted by name (and so by rank)."""
+    """The per-rank trace files (segments) of a run directory, sorted by name (and so by
+    rank)."""
     path = Path(run_dir)
     if not path.exists():
         raise NoDataError(f"{path}: no such run directory")
     if not path.is_dir():
         raise NoDataError(f"{path}: not a directory (give the run directory, not a file)")
     return sorted(p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIX))
+
+
+def group_streams(files: list[Path]) -> list[list[Path]]:
+    """The files grouped by the process that wrote them, each group in segment order."""
+    streams: dict[str, list[tuple[int, Path]]] = {}
+    for file in files:
+        stem, segment = stream_of(file.name)
+        streams.setdefault(stem, []).append((segment, file))
+    return [[p for _, p in sorted(segments)] for _, segments in sorted(streams.items())]
 
 
 def read_run_meta(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -136,7 +168,7 @@ def build_session(
     warnings: list[str] | None = None,
     ending: str | None = None,
 ) -> Session:
-    """Assemble a session from traces; the newest file wins when a rank has several."""
+    """Assemble a session from traces; the newest process wins when a rank has several."""
     notes = list(warnings or [])
     by_rank: dict[int, RankTrace] = {}
     for trace in traces:
@@ -150,11 +182,19 @@ def build_session(
                 continue
         by_rank[trace.rank] = trace
     for rank, trace in sorted(by_rank.items()):
+        notes.extend(trace.warnings)
         if trace.truncated:
             notes.append(f"rank {rank}: {trace.truncated}; the rank probably died while writing it")
         notes.extend(note for _, note in trace.skipped[:MAX_SKIP_NOTES])
         if len(trace.skipped) > MAX_SKIP_NOTES:
             notes.append(f"rank {rank}: {len(trace.skipped)} corrupt records skipped in all")
+    rotated = [str(rank) for rank, trace in sorted(by_rank.items()) if trace.rotated]
+    if rotated:
+        notes.append(
+            f"rank(s) {', '.join(rotated)}: the oldest trace segments were rotated away; "
+            "the analysis starts at each one's checkpoint (`dl2 predict` and `dl2 replay` "
+            "need the whole run: `dl2 run --keep all`)"
+        )
     return Session(
         traces=dict(sorted(by_rank.items())),
         process_states=dict(process_states or {}),
@@ -178,9 +218,9 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
     traces: list[RankTrace] = []
     warnings: list[str] = []
     errors: list[str] = []
-    for file in files:
+    for stream in group_streams(files):
         try:
-            traces.append(read_trace_file(file))
+            traces.append(read_trace_stream(stream))
         except TraceFormatError as err:
             errors.append(str(err))
     if not traces:

@@ -7,7 +7,9 @@ so that the sink can fold what all of them finished.  It returns the session as
 :func:`dl2.trace.session.load_session` would, with the traces' headers and truncation
 notes but no records (the sink has them).
 
-What :func:`~dl2.trace.session.load_session` does, this does too: a file that is not a
+A process's segment files are one trace, read in order and handed to the sink under
+the process's stream name (:func:`dl2.trace.format.stream_of`).  What
+:func:`~dl2.trace.session.load_session` does, this does too: a file that is not a
 readable trace (empty, foreign, another version, corrupt before its last line) is
 skipped with a warning, and when a rank has several files the newest is its own (a
 skipped newest one gives way to the next).
@@ -24,77 +26,125 @@ from dl2.errors import NoDataError
 from dl2.errors import TraceFormatError
 from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
-from dl2.trace.format import parse_header
-from dl2.trace.format import parse_records
+from dl2.trace.format import TraceReader
+from dl2.trace.format import stream_of
 from dl2.trace.schema.decode import Header
 from dl2.trace.schema.decode import Record
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 from dl2.trace.session import discover_trace_files
+from dl2.trace.session import group_streams
 from dl2.trace.session import read_run_meta
 from dl2.trace.session import run_ending
 from dl2.trace.session import run_states
 
 #: bytes read of one file at a time, at most
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 16
 #: bytes read of all files in one round: many files are read in smaller chunks, so that
 #: the ranks still advance together (and the sink can fold what they all finished)
-ROUND_BYTES = 16 << 20
+ROUND_BYTES = 1 << 20
 #: bytes read of one file at a time, at least (unless ``chunk_bytes`` is smaller)
-MIN_CHUNK_BYTES = 4 << 10
+MIN_CHUNK_BYTES = 1 << 10
 
 #: takes (file, its header, new records, truncation note once the file is read through)
 Sink = Callable[[str, Header, Sequence[Record], str | None], None]
 
 
 class _Reader:
-    """One trace file, read a chunk at a time after its header."""
+    """One process's trace (its segment files, in order), read a chunk at a time."""
 
-    def __init__(self, path: Path) -> None:
-        self.name = str(path)
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = [str(p) for p in paths]
+        self.name = self.paths[0]
+        self.stem = stream_of(Path(self.name).name)[0]
+        self._index = 0
+        self._least = 0  # bytes to read at least (a line longer than a chunk)
+        self.readers: list[TraceReader] = []
+        self.errors: list[str] = []
+        self.done = False
+        self.pending: list[Record] = []  # records read with the header
+        self._open()
+        # the first readable segment's header (the trace starts there)
+        first = self.readers[0]
+        size = 1 << 16
+        while first.header is None:
+            data = self._chunk(size)
+            size *= 2  # a header longer than the chunk is read again, whole
+            self.pending = first.feed(data) if data else []
+            if first.header is None and (not data or self._ended):
+                raise TraceFormatError(
+                    f"{self.name}: empty trace file"
+                    if not data
+                    else f"{self.name}: truncated header (the rank died while opening its trace)"
+                )
+        self.header: Header = first.header
+
+    def _open(self) -> None:
+        self.readers.append(TraceReader(self.paths[self._index]))
+        self._ended = False
+
+    def _chunk(self, size: int) -> bytes:
+        """The next ``size`` bytes of the current segment after what its reader
+        consumed (a partial last line is read again, whole, with the next chunk)."""
+        path = self.paths[self._index]
+        reader = self.readers[-1]
         try:
             with open(path, "rb") as handle:
-                first = handle.readline()
-                self.offset = handle.tell()
+                handle.seek(reader.consumed)
+                data = handle.read(size)
         except OSError as err:
-            raise TraceFormatError(f"{self.name}: cannot read trace file: {err.strerror}") from None
-        if not first.endswith(b"\n"):
-            raise TraceFormatError(
-                f"{self.name}: empty trace file"
-                if not first
-                else f"{self.name}: truncated header (the rank died while opening its trace)"
-            )
-        self.header: Header = parse_header(first[:-1], self.name)
-        self.lineno = 2  # of the first line not parsed yet
-        self.rest = b""  # bytes read, not parsed yet (a partial or corrupt last line)
-        self.truncated: str | None = None
-        self.skipped: list[tuple[int, str]] = []
-        self.done = False
+            raise TraceFormatError(f"{path}: cannot read trace file: {err.strerror}") from None
+        self._ended = len(data) < size  # the segment is read through after this chunk
+        return data
+
+    @property
+    def truncated(self) -> str | None:
+        return self.readers[-1].truncated
+
+    @property
+    def skipped(self) -> list[tuple[int, str]]:
+        return [line for reader in self.readers for line in reader.skipped]
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.errors + [w for reader in self.readers for w in reader.warnings]
 
     def read(self, size: int) -> list[Record]:
         """The complete records of the next chunk (the note on a partial last line is
-        set once the file is read through; corrupt lines before it are skipped).
+        set once the trace is read through; corrupt lines before it are skipped).
 
         Raises:
-            TraceFormatError: the file cannot be read.
+            TraceFormatError: the first segment cannot be read.
         """
+        records, self.pending = self.pending, []
+        reader = self.readers[-1]
         try:
-            with open(self.name, "rb") as handle:
-                handle.seek(self.offset)
-                data = handle.read(size)
-        except OSError as err:
-            raise TraceFormatError(f"{self.name}: cannot read trace file: {err.strerror}") from None
-        self.offset += len(data)
-        self.done = not data
-        if self.done and not self.rest:
-            return []
-        parsed = parse_records(self.rest + data, self.name, self.lineno)
-        self.rest = (self.rest + data)[parsed.consumed :]
-        self.lineno += parsed.lines
-        self.skipped.extend(parsed.skipped)
-        if self.done:
-            self.truncated = parsed.truncated
-        return parsed.records
+            data = self._chunk(max(size, self._least))
+            if data:
+                before = reader.consumed
+                records += reader.feed(data)
+                if reader.consumed > before:
+                    self._least = 0
+                    return records
+                if not self._ended:  # one line longer than the chunk: read more at once
+                    self._least = 2 * len(data)
+                    return records
+                # nothing more to consume: a partial or corrupt last line stays so
+        except TraceFormatError as err:
+            if len(self.readers) == 1:
+                raise
+            # a later segment gone or unreadable: the next one's checkpoint resumes
+            self.errors.append(f"skipped {err}")
+            data = b""
+        # this segment is read through: on to the next one of the process, if any
+        if reader.truncated and self._index + 1 < len(self.paths):
+            self.errors.append(f"{reader.path}: {reader.truncated}")
+        self._index += 1
+        if self._index >= len(self.paths):
+            self.done = True
+            return records
+        self._open()
+        return records
 
 
 def stream_session(
@@ -120,11 +170,11 @@ def stream_session(
         raise NoDataError(f"{run_dir}: no dl2 trace files (*{TRACE_SUFFIX}) in this directory")
     readers: list[_Reader] = []
     errors: dict[str, str] = {}  # file -> why it is skipped
-    for file in files:
+    for stream in group_streams(files):
         try:
-            readers.append(_Reader(file))
+            readers.append(_Reader(stream))
         except TraceFormatError as err:
-            errors[str(file)] = str(err)
+            errors[str(stream[0])] = str(err)
     # per rank, its files in the order a session prefers them (newest first, later on a tie)
     choices: dict[int, list[_Reader]] = {}
     for reader in readers:
@@ -139,14 +189,14 @@ def stream_session(
                 records = reader.read(size)
             except TraceFormatError as err:
                 errors[reader.name] = str(err)
-                forget(reader.name)
+                forget(reader.stem)
                 readers.remove(reader)
                 reading.remove(reader)
                 options = choices[reader.header.rank]
                 if options:
                     reading.append(options.pop(0))
                 continue
-            sink(reader.name, reader.header, records, reader.truncated)
+            sink(reader.stem, reader.header, records, reader.truncated)
             if reader.done:
                 reading.remove(reader)
     skipped = [errors[str(f)] for f in files if str(f) in errors]  # in file order
@@ -154,7 +204,18 @@ def stream_session(
     if not readers:
         raise TraceFormatError(skipped[0])
     return build_session(
-        [RankTrace(r.name, r.header, (), r.truncated, tuple(r.skipped)) for r in readers],
+        [
+            RankTrace(
+                r.name,
+                r.header,
+                (),
+                r.truncated,
+                tuple(r.skipped),
+                tuple(r.warnings),
+                tuple(r.paths),
+            )
+            for r in readers
+        ],
         run_states(meta),
         run_dir=str(run_dir),
         warnings=[f"skipped {e}" for e in skipped],

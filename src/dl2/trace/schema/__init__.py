@@ -1,34 +1,19 @@
-"""The record schema of a trace file: every record kind, its fields, and its wire layout.
+"""The record schema of a trace: every record kind, its fields, and its wire layout.
 
-This package is the one place that knows how records look on disk.  Its
-:mod:`~dl2.trace.schema.encode` writes them (the recorder inside every rank and the test
-builders use it; it imports nothing but the standard library) and its
-:mod:`~dl2.trace.schema.decode` reads them back as typed records (msgspec structs, for
-the analysis side only).  :mod:`dl2.trace.format` handles what is file-level: the header
-check, file naming, lines and truncation.
+This package is the one place that knows how records look on disk.  The writer side
+imports nothing but the standard library (the recorder runs it inside every rank):
+:mod:`~dl2.trace.schema.encode` formats every line, :mod:`~dl2.trace.schema.stream`
+encodes and writes a rank's stream of records (interning, deltas, merged records, what
+is open, checkpoints) and :mod:`~dl2.trace.schema.state` holds the counting rules both
+sides share.  The
+reader side is for the analysis only (msgspec): :mod:`~dl2.trace.schema.wire` decodes
+lines, :mod:`~dl2.trace.schema.reader` resolves them into the typed records of
+:mod:`~dl2.trace.schema.decode`, which are what the rest of dl2 reads.
+:mod:`dl2.trace.format` handles what is file-level: segments, header check, lines,
+truncation and corrupt lines.
 
-A trace file is JSON Lines: line 1 is a header, every later line is one record, a JSON
-object whose ``"k"`` key names its kind.  Readers ignore fields they do not know and
-keep records of kinds they do not know (forward compatibility); a record of a known kind
-with a field of the wrong type is corrupt.
-
-Header (``k = "header"``)::
-
-    magic      "dl2-trace"
-    format     FORMAT_VERSION
-    dl2        writer version
-    rank       global rank;  world_size
-    pid, host  the process that wrote the file
-    t0         time.monotonic_ns() when the file was opened (record times use it)
-    wall       time.time_ns() at the same moment (aligns ranks for display only)
-    torch      torch.__version__;  backend: the inner backend ("gloo")
-    argv       sys.argv of the rank
-    emulate    present only when dl2 emulated other send semantics on gloo
-               (``dl2 run --buffer-size``, ``dl2 replay``; see dl2.record.emulate):
-               {"eager_bytes": sends of at most this many bytes were eager,
-                "fused_batches": each batch_isend_irecv launched as one unit}
-
-Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
+Typed records (what a reader gives back, whatever the wire form; times ``t`` are
+``time.monotonic_ns()``; ids are per process, increasing):
 
 ``op``       a communication call on a process group, written *before* it is issued::
 
@@ -65,8 +50,6 @@ Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
                deferred  true for an op of a batch under ``emulate.fused_batches``: issued
                        (its ``ret``) only when every op of its batch could be matched
                stack   [[file, line, function], ...] user frames, innermost first
-             Fields that do not apply to an op are absent (a wildcard recv has "peer": null).
-
 ``ret``      the call returned: ``id``, ``t``; ``err`` (str) if it raised.  For an op
              this means *issued* (the work may still be pending); for a wait, *completed*.
              A wait's ``ret`` carries ``src``, the matched sender of a wildcard recv.
@@ -115,9 +98,100 @@ Records (times ``t`` are ``time.monotonic_ns()``; ids are per file, increasing):
                timeout wait(keys, timeout): that timeout in seconds (absent when the
                        store's own timeout applies)
                stack   as for ``op``
+``checkpoint`` what the records before a segment said, for a reader that starts there
+             (the older segments may be gone): ``t``, ``segment``, ``next_id`` (ids below
+             it were issued before), ``ops_before`` (op records before: the base of the
+             program-order index), ``collectives`` (gid -> collectives issued on it, i.e.
+             the next collective ``seq``), ``channels`` ([gid, sender, receiver, tag,
+             count]: P2P ops issued per channel, global ranks, sender -1 for a wildcard
+             recv), ``groups`` (gid -> global ranks of every group created), ``open`` (the
+             ops entered and neither complete nor failed, as full ``op`` records),
+             ``issued`` (ids among ``open`` whose call returned), ``waits`` (waits entered
+             and not returned, as full ``wait`` records), ``pending`` (async ops issued
+             and not seen complete), ``newgroups`` (every new_group call so far, as full
+             ``newgroup`` records), ``dropped`` (ids among ``open`` whose work was
+             dropped), ``stores`` (blocking store calls entered and not returned, as
+             full ``store`` records).  An op is *complete* once a wait on it returned or it
+             was seen ``done``; an eager send, and a blocking create_group or
+             monitored_barrier, once its call returned.
 
-Every stack is a list of ``[file, line, function]`` frames, innermost first; the line a
+Every stack is a tuple of ``Frame(file, line, function)``, innermost first; the line a
 report names is :func:`dl2.trace.schema.decode.report_frame`'s.
+
+The files (format version 2).  A rank's trace is a series of segment files (see
+:mod:`dl2.trace.format` for their names).  Each starts with a header line, a JSON
+object::
+
+    k "header", magic "dl2-trace", format FORMAT_VERSION, dl2 (writer version),
+    rank (global), world_size, pid, host,
+    t0      time.monotonic_ns() when the process's first segment was opened (the same
+            in every segment: record times are µs after it)
+    wall    time.time_ns() at the same moment (aligns ranks for display only)
+    segment this file's number (0, 1, ...)
+    torch   torch.__version__;  backend: the inner backend ("gloo");  argv: sys.argv
+    emulate present only when dl2 emulated other send semantics on gloo
+            (``dl2 run --buffer-size``, ``dl2 replay``; see dl2.record.emulate):
+            {"eager_bytes": sends of at most this many bytes were eager,
+             "fused_batches": each batch_isend_irecv launched as one unit}
+    retain  {"segment_bytes": a new segment after this many bytes,
+             "keep": segments kept, the oldest deleted (0: all)}
+
+Every later line is a JSON array whose first element names its kind.  Lines depend on
+the lines before them in the same segment, so a reader goes through a segment in order
+and keeps, from its start (or from a checkpoint): the stack table, the op-description
+table, ``us`` (the time of the last timed line, µs after t0), ``last`` (the id of the
+last line that created one), ``last_tid`` and ``last_sid`` (thread and stack of the last
+``o`` line) and, per seq key (a collective's gid; ``(gid, peer, op)`` of a P2P op), the
+seq expected next (one more than the last, or the checkpoint's count).  ``dt`` is a
+time: ``us += dt``, ``t = t0 + us * 1000``.  An element left out (or null) takes the
+value in brackets.  Definitions, written once per segment before their first use::
+
+  ["s", sid, stack]          stack ``sid`` is ``[[file, line, function], ...]`` (sid 0
+                             is the empty stack, never defined)
+  ["d", did, {desc}]         op description ``did``: the ``op`` fields that repeat,
+                             with their record names (gid, op, api, peer, root, tag,
+                             redop, dtype, count, splits, ranks, timeout, async, eager,
+                             deferred), plus ``tid`` and ``stack`` (a sid)
+
+Records:
+
+  ["o", dt, did, id?, seq?, batch?]   op record (description ``did``);  id [last + 1],
+                                      seq [the key's expected seq], batch [null]
+  ["b", dt, back?, wid?, tid?, sid?]  a blocking op was issued and its thread waits on
+                                      it: ``ret`` of op ``last - back`` [last] plus
+                                      ``wait`` wid [last + 1] on it, same ``t``, by tid
+                                      [last_tid] at stack sid [last_sid]
+  ["k", dt, dt2]                      a blocking op issued and waited on, the wait
+                                      returned at ``dt2``: ``b`` (short form) then ``r``
+  ["r", dt, back?, src?, err?]        ``ret`` of op or wait ``last - back`` [last]
+  ["w", dt, back, sid, tid?, id?]     ``wait`` id [last + 1] on op ``last - back``, by
+                                      tid [last_tid], at stack sid
+  ["x", dt, back, src?]               ``done`` of op ``last - back``
+  ["g", dt, ranks, gid, sid, id?]     ``newgroup`` id [last + 1]
+  ["n", dt, api, sid]                 ``nonmember``
+  ["q", dt, pending, where, sid]      ``state`` (pending: absolute ids)
+  ["e", dt, how]                      ``end``
+  ["p", dt, back]                     ``drop`` of op ``last - back``
+  ["t", dt, sid, tid, op, store, prefix, keys, block, timeout?, id?]
+                                      ``store`` id [last + 1] (timeout [null])
+  ["c", us, {body}]                   ``checkpoint`` at ``us`` (absolute).  Its body has
+                                      the record's fields, with ``open`` as
+                                      [id, us, did, seq, batch], ``waits`` as [id, us,
+                                      tid, work, sid], ``newgroups`` as [id, us, ranks,
+                                      gid, sid] (dids and sids defined before it).  After
+                                      it, last = next_id - 1, last_tid = 0, last_sid = -1
+                                      and the expected seqs are its counts.
+
+Every segment but the first starts with a checkpoint (after the definitions it uses);
+the recorder also writes one every so often within a segment: a reader that had to
+skip a corrupt line resynchronises there (and says whether records were lost).  A
+reader gives back the checkpoint that starts a segment only when the segment is the
+first it reads of the process.  A blocking op costs two short lines (``o``, then ``k``
+or ``b`` and ``r``: about 22 bytes once its description and stack are defined).
+
+Readers ignore elements they do not know at the end of a line and keep lines of kinds
+they do not know (as ``UnknownRecord``); a line of a known kind with an element of the
+wrong type is corrupt.
 """
 
 from __future__ import annotations
@@ -125,15 +199,34 @@ from __future__ import annotations
 MAGIC = "dl2-trace"
 
 # History of FORMAT_VERSION:
-#   1: first version (header + op/ret/wait/done/newgroup/nonmember/state/end records).
-#      Later additions, optional and ignored by older readers: header "emulate", op
-#      "eager" and "deferred", per-tensor "splits" of all_reduce_coalesced, the
-#      "store" and "drop" records (older readers keep them as records of an unknown kind).
-FORMAT_VERSION = 1
+#   1: one JSON Lines file per rank: header + op/ret/wait/done/newgroup/nonmember/state/end
+#      records as JSON objects with a "k" key, every field written out (stacks as
+#      frames, ns times).  Later additions, optional and ignored by older readers:
+#      header "emulate", op "eager" and "deferred", per-tensor "splits" of
+#      all_reduce_coalesced, the "store" and "drop" records.
+#   2: compact records (JSON arrays, a one-letter kind first): stacks and the constant
+#      part of op records interned per segment, µs time deltas, implied ids and seqs,
+#      a blocking op's issue and wait merged into one "b" record; segments (header
+#      "segment", "retain") rotated and deleted past a bound, each starting with a
+#      "checkpoint" record.  The typed records read back are version 1's, plus
+#      CheckpointRecord.  A version-1 trace is refused with its version named.
+FORMAT_VERSION = 2
 
-#: The kinds of record after the header, as the ``"k"`` key names them.
+#: The kinds of typed record, as their ``kind`` (``"k"``) names them.
 RECORD_KINDS = frozenset(
-    {"op", "ret", "wait", "done", "drop", "newgroup", "nonmember", "state", "end", "store"}
+    {
+        "op",
+        "ret",
+        "wait",
+        "done",
+        "drop",
+        "newgroup",
+        "nonmember",
+        "state",
+        "end",
+        "store",
+        "checkpoint",
+    }
 )
 
 #: ``store`` ops that wait until their keys are set (``block`` true)

@@ -1,14 +1,16 @@
-"""Typed records: one msgspec struct per record kind, decoded from one trace line.
+"""Typed records: one msgspec struct per record kind, what the rest of dl2 reads.
 
-The structs mirror :mod:`dl2.trace.schema.encode` field by field (the fields are
-documented in :mod:`dl2.trace.schema`).  A field a record may lack has its default here;
-fields this dl2 does not know are ignored, and a record of a kind it does not know
-decodes as an :class:`UnknownRecord`.  A record of a known kind with a field of the
-wrong type is corrupt: :func:`decode_record` raises :class:`CorruptRecord`, which
-:mod:`dl2.trace.format` turns into an error (mid-file) or a truncation note (last line).
+The structs hold each record as the model knows it, whatever its wire form: the
+reader (:mod:`dl2.trace.schema.reader`) undoes the interning and merging of format v2
+and gives back these records, with stacks resolved into tuples of :class:`Frame`, ids
+and seqs written out and times in ns (the fields are documented in
+:mod:`dl2.trace.schema`).  A record of a kind this dl2 does not know reads as an
+:class:`UnknownRecord`.  A line that cannot be read is corrupt: the reader raises
+:class:`CorruptRecord`, which :mod:`dl2.trace.format` turns into a warning (mid-file) or
+a truncation note (last line).
 
-Stacks are decoded once, into tuples of :class:`Frame`; :func:`report_frame` is the one
-rule for the line a report names.
+:func:`report_frame` is the one rule for the line a report names;
+:func:`record_to_dict` gives a record as a JSON object (``dl2 dump``).
 
 For the analysis side only: it imports msgspec, which the recorder never loads.
 """
@@ -22,7 +24,6 @@ import msgspec
 
 from dl2.trace.schema import FORMAT_VERSION
 from dl2.trace.schema import MAGIC
-from dl2.trace.schema import RECORD_KINDS
 
 
 class CorruptRecord(ValueError):
@@ -65,8 +66,15 @@ class Emulation(msgspec.Struct, frozen=True, gc=False):
     fused_batches: bool = False
 
 
+class Retention(msgspec.Struct, frozen=True, gc=False):
+    """The header's ``retain``: how the recorder bounded the trace."""
+
+    segment_bytes: int = 0
+    keep: int = 0  # segments kept; 0: all
+
+
 class Header(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k", tag="header"):
-    """Line 1 of a trace file."""
+    """Line 1 of a trace file (of each segment)."""
 
     magic: str
     format: int
@@ -81,6 +89,8 @@ class Header(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k",
     backend: str | None = None
     argv: tuple[str, ...] = ()
     emulate: Emulation | None = None
+    segment: int = 0
+    retain: Retention | None = None
 
 
 _ANY = msgspec.json.Decoder()
@@ -242,6 +252,32 @@ class StoreRecord(_Record, tag="store", frozen=True):
         return None if self.store is None else f"{self.store}|{self.prefix}"
 
 
+class CheckpointRecord(_Record, tag="checkpoint", frozen=True):
+    """What a segment's reader needs of the records before it (the history rotated away).
+
+    ``open`` are the ops entered and neither complete nor failed, as full records;
+    ``issued`` those of them whose call returned; ``waits`` the waits entered and not
+    returned; ``pending`` the async ops issued and not seen complete; ``dropped`` the
+    ids among ``open`` whose work was dropped; ``stores`` the blocking store calls
+    entered and not returned.
+    """
+
+    t: int = 0
+    segment: int = 0
+    next_id: int = 1  # ids below were issued in earlier segments
+    ops_before: int = 0  # op records in earlier segments (program-order index base)
+    collectives: dict[str, int] = msgspec.field(default_factory=dict)  # gid -> next seq
+    channels: tuple[tuple[str, int, int, int, int], ...] = ()  # (gid, sender, receiver, tag, n)
+    groups: dict[str, tuple[int, ...] | None] = msgspec.field(default_factory=dict)
+    open: tuple[OpRecord, ...] = ()
+    issued: tuple[int, ...] = ()
+    waits: tuple[WaitRecord, ...] = ()
+    pending: tuple[int, ...] = ()
+    newgroups: tuple[NewGroupRecord, ...] = ()  # every new_group call so far
+    dropped: tuple[int, ...] = ()
+    stores: tuple[StoreRecord, ...] = ()
+
+
 class UnknownRecord(msgspec.Struct, frozen=True, gc=False):
     """A record of a kind this dl2 does not know (written by a newer one): kept, unread."""
 
@@ -259,27 +295,36 @@ KnownRecord = (
     | StateRecord
     | EndRecord
     | StoreRecord
+    | CheckpointRecord
 )
 Record = KnownRecord | UnknownRecord
 
-_RECORD = msgspec.json.Decoder(KnownRecord)
+
+def record_to_dict(record: Record) -> dict[str, Any]:
+    """A record as a JSON object, as version 1 wrote it: its kind as ``"k"``, optional
+    fields that are null or false left out (an op's ``seq``, ``api`` and ``async``, a
+    P2P op's ``peer`` and a new_group's ``ranks`` and ``gid`` are always there)."""
+    if isinstance(record, UnknownRecord):
+        return {"k": record.kind}
+    raw: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(record))
+    if isinstance(record, CheckpointRecord):
+        for name in ("open", "waits", "newgroups", "stores"):
+            raw[name] = [record_to_dict(r) for r in getattr(record, name)]
+    kept: frozenset[str] = frozenset()
+    if isinstance(record, OpRecord):
+        kept = _OP_P2P_FIELDS if record.op in ("send", "recv") else _OP_FIELDS
+    elif isinstance(record, NewGroupRecord):
+        kept = _NEWGROUP_FIELDS
+    elif isinstance(record, StoreRecord):
+        kept = _STORE_FIELDS
+    return {
+        name: value
+        for name, value in raw.items()
+        if (value is not None and value is not False) or name in kept
+    }
 
 
-def decode_record(line: bytes) -> Record:
-    """One record line (without its newline) as a typed record.
-
-    Raises:
-        CorruptRecord: not a JSON object with a ``"k"``, or a record of a known kind
-            whose fields have the wrong types.
-    """
-    try:
-        record: Record = _RECORD.decode(line)
-    except msgspec.ValidationError as err:
-        raw = _generic(line)
-        kind = raw.get("k") if isinstance(raw, dict) else None
-        if isinstance(kind, str) and kind not in RECORD_KINDS:
-            return UnknownRecord(kind)
-        raise CorruptRecord(str(err)) from None
-    except (msgspec.DecodeError, RecursionError) as err:
-        raise CorruptRecord(str(err)) from None
-    return record
+_OP_FIELDS = frozenset({"seq", "api", "async"})
+_OP_P2P_FIELDS = _OP_FIELDS | {"peer"}
+_NEWGROUP_FIELDS = frozenset({"ranks", "gid"})
+_STORE_FIELDS = frozenset({"store", "block"})

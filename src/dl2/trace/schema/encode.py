@@ -1,23 +1,27 @@
-"""Encoders of every record kind: the only code that writes trace lines (format v1).
+"""Encoders of every line of a trace file (format v2): the only code that writes them.
 
-Each function returns one record as a JSON line (a ``str`` ending in a newline) or a
-fragment of one.  Records are assembled with f-strings rather than ``json.dumps``: about
-ten times faster on the recorder's hot path, and safe because every string pasted in is
-an identifier dl2 chose (op, api, dtype and reduce-op names, ``where``, ``how``), a
-number, or JSON-encoded here once (file and group names; a caller on a hot path encodes
-them with :func:`json_str` once and caches the result, as it does stacks).
+Each ``*_line`` function returns one line (a ``str`` ending in a newline), already in
+its compact wire form: the values it takes are those :mod:`dl2.trace.schema.stream`
+worked out (time deltas in µs, id back-references, interned stack and description
+ids), which is what keeps a repeated op at a few bytes.  Lines are assembled with
+f-strings rather than ``json.dumps``: about ten times faster on the recorder's hot path,
+and safe because every string pasted in is an identifier dl2 chose (op, api, dtype and
+reduce-op names, ``where``, ``how``), a number, or JSON-encoded here once (file and
+group names; a caller on a hot path encodes them with :func:`json_str` once and caches
+the result).
 
-Stacks come encoded: :func:`frame_json` encodes one frame, :func:`stack_json` a list of
-encoded frames.  The op-specific fields of an ``op`` record (see :func:`op_line`) are
-fragments from the ``*_field(s)`` functions, in the order of :func:`op_fields`.
+A :class:`StackTable` interns encoded stacks (the ids that ``s`` lines define).  The
+op-specific fields of an op description (see :func:`desc_line`) are fragments from
+the ``*_field(s)`` functions, in the order of :func:`op_fields`; they keep the names of
+the typed :class:`~dl2.trace.schema.decode.OpRecord` fields.
 
 Imports nothing but the standard library: the recorder runs it inside every rank.  The
-fields are documented in :mod:`dl2.trace.schema`; :mod:`dl2.trace.schema.decode` reads
-them back.
+lines are documented in :mod:`dl2.trace.schema`; :mod:`dl2.trace.schema.wire` reads them.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable
@@ -32,14 +36,10 @@ _BOOL = ("false", "true")
 
 #: An encoded stack with no frame.
 EMPTY_STACK = "[]"
-#: The op field of an eager send (see dl2.record.emulate).
-EAGER_FIELD = ',"eager":true'
-#: The op field of a deferred op of a fused batch (see dl2.record.emulate).
-DEFERRED_FIELD = ',"deferred":true'
 
 
 def json_str(text: str) -> str:
-    """``text`` as a JSON string (quoted and escaped), to paste into a record."""
+    """``text`` as a JSON string (quoted and escaped), to paste into a line."""
     return json.dumps(text)
 
 
@@ -50,6 +50,19 @@ def _ints(values: Any) -> str:
 
 def _opt(value: int | None) -> int | str:
     return "null" if value is None else value
+
+
+def json_int(value: int | None) -> str:
+    """An optional int as JSON text."""
+    return "null" if value is None else str(value)
+
+
+def _trailing(*values: str) -> str:
+    """Optional trailing array elements: ``,a,b`` without the trailing nulls."""
+    end = len(values)
+    while end and values[end - 1] == "null":
+        end -= 1
+    return "".join("," + value for value in values[:end])
 
 
 # -- stacks ----------------------------------------------------------------------------
@@ -70,6 +83,29 @@ def stack_of(frames: Iterable[tuple[str, int, str]]) -> str:
     return stack_json(frame_json(*frame) for frame in frames)
 
 
+class StackTable:
+    """Encoded stacks by id, process-wide: id 0 is the empty stack (never defined).
+    Threads intern without a lock: ids come from an atomic counter, and a stack two
+    threads intern at once keeps the id published first."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, str] = {0: EMPTY_STACK}
+        self._ids: dict[str, int] = {EMPTY_STACK: 0}
+        self._next = itertools.count(1)
+
+    def intern(self, text: str) -> int:
+        """The id of an encoded stack (:func:`~dl2.trace.schema.encode.stack_json`)."""
+        sid = self._ids.get(text)
+        if sid is None:
+            candidate = next(self._next)
+            self._texts[candidate] = text  # before the id is published
+            sid = self._ids.setdefault(text, candidate)
+        return sid
+
+    def text(self, sid: int) -> str:
+        return self._texts.get(sid, EMPTY_STACK)
+
+
 # -- the header -------------------------------------------------------------------------
 
 
@@ -86,9 +122,12 @@ def header_line(
     backend: str | None = None,
     argv: Sequence[str] | None = None,
     emulate: tuple[int, bool] | None = None,
+    segment: int = 0,
+    retain: tuple[int, int] | None = None,
 ) -> str:
-    """The header line; ``emulate`` is ``(eager_bytes, fused_batches)``.  Optional
-    fields left None are not written."""
+    """The header line of a segment; ``emulate`` is ``(eager_bytes, fused_batches)``,
+    ``retain`` is ``(segment_bytes, keep)``.  Optional fields left None are not
+    written."""
     record: dict[str, Any] = {
         "k": "header",
         "magic": MAGIC,
@@ -100,6 +139,7 @@ def header_line(
         "host": host,
         "t0": t0,
         "wall": wall,
+        "segment": segment,
     }
     if torch is not None:
         record["torch"] = torch
@@ -109,41 +149,12 @@ def header_line(
         record["argv"] = list(argv)
     if emulate is not None:
         record["emulate"] = {"eager_bytes": emulate[0], "fused_batches": emulate[1]}
+    if retain is not None:
+        record["retain"] = {"segment_bytes": retain[0], "keep": retain[1]}
     return json.dumps(record, separators=(",", ":"), default=str) + "\n"
 
 
-# -- op records -------------------------------------------------------------------------
-
-
-def op_line(
-    oid: int,
-    t: int,
-    tid: int,
-    gid_json: str,
-    seq: int | None,
-    op: str,
-    api: str | None,
-    fields: str,
-    is_async: bool,
-    stack: str,
-    after: str = "",
-) -> str:
-    """An ``op`` record.
-
-    Args:
-        gid_json: the group name, encoded by :func:`json_str`.
-        api: the API function's name (an identifier), or None.
-        fields: the op's own fields before ``async`` (peer and tag, root, redop, dtype
-            and count, splits, ranks, timeout: see :func:`op_fields`).
-        after: the fields after ``async`` (batch, eager, deferred).
-        stack: the encoded stack.
-    """
-    api_json = "null" if api is None else f'"{api}"'
-    return (
-        f'{{"k":"op","id":{oid},"t":{t},"tid":{tid},"gid":{gid_json},'
-        f'"seq":{"null" if seq is None else seq},"op":"{op}","api":{api_json}{fields},'
-        f'"async":{_BOOL[is_async]}{after},"stack":{stack}}}\n'
-    )
+# -- the fields of an op description ------------------------------------------------------
 
 
 def tensor_fields(dtype: str, count: int) -> str:
@@ -197,10 +208,6 @@ def timeout_field(seconds: float) -> str:
     return f',"timeout":{text}'
 
 
-def batch_field(batch: int) -> str:
-    return f',"batch":{batch}'
-
-
 def op_fields(
     *,
     peer: int | None = None,
@@ -228,103 +235,129 @@ def op_fields(
     return p2p + "".join(encoder(value) for value, encoder in fields if value is not None)
 
 
-def after_fields(batch: int | None = None, eager: bool = False, deferred: bool = False) -> str:
-    """An op's fields after ``async`` in wire order (None / False: not written)."""
+# -- definitions: interned stacks and op descriptions ------------------------------------------
+
+
+def stack_line(sid: int, stack: str) -> str:
+    """``["s", sid, stack]``: stack ``sid`` of this segment is ``stack`` (encoded)."""
+    return f'["s",{sid},{stack}]\n'
+
+
+def desc_line(
+    did: int,
+    gid_json: str,
+    op: str,
+    api: str | None,
+    fields: str,
+    is_async: bool,
+    tid: int,
+    sid: int,
+    eager: bool = False,
+    deferred: bool = False,
+) -> str:
+    """``["d", did, {...}]``: op description ``did`` of this segment, the part of an op
+    record that repeats (see :mod:`dl2.trace.schema`).  ``fields``: the op's own fields
+    (:func:`op_fields`)."""
+    api_json = "null" if api is None else f'"{api}"'
+    flags = (',"eager":true' if eager else "") + (',"deferred":true' if deferred else "")
     return (
-        (batch_field(batch) if batch is not None else "")
-        + (EAGER_FIELD if eager else "")
-        + (DEFERRED_FIELD if deferred else "")
+        f'["d",{did},{{"gid":{gid_json},"op":"{op}","api":{api_json}{fields},'
+        f'"async":{_BOOL[is_async]}{flags},"tid":{tid},"stack":{sid}}}]\n'
     )
 
 
-# -- the other records -------------------------------------------------------------------
+# -- records -----------------------------------------------------------------------------------
 
 
-def ret_line(oid: int, t: int, err: str | None = None, src: int | None = None) -> str:
-    """A ``ret`` record: ``err`` if the call raised, else ``src`` for a wildcard recv."""
-    if err is not None:
-        return f'{{"k":"ret","id":{oid},"t":{t},"err":{json.dumps(err)}}}\n'
-    if src is not None:
-        return f'{{"k":"ret","id":{oid},"t":{t},"src":{src}}}\n'
-    return f'{{"k":"ret","id":{oid},"t":{t}}}\n'
+def op_line(dt: int, did: int, oid: str = "null", seq: str = "null", batch: str = "null") -> str:
+    """``["o", dt, did, id?, seq?, batch?]``: an op entered (optional values are JSON
+    text, ``null`` when implied)."""
+    return f'["o",{dt},{did}{_trailing(oid, seq, batch)}]\n'
 
 
-def wait_line(wid: int, t: int, tid: int, work: int, stack: str) -> str:
-    """A ``wait`` record: thread ``tid`` waits on op ``work``."""
-    return f'{{"k":"wait","id":{wid},"t":{t},"tid":{tid},"work":{work},"stack":{stack}}}\n'
+def issued_wait_line(
+    dt: int, back: int = 0, wid: str = "null", tid: str = "null", sid: str = "null"
+) -> str:
+    """``["b", dt, back?, wid?, tid?, sid?]``: a blocking op was issued and its thread
+    now waits on it."""
+    return f'["b",{dt}{_trailing(str(back) if back else "null", wid, tid, sid)}]\n'
 
 
-def issued_then_wait_lines(oid: int, wid: int, t: int, tid: int, stack: str) -> str:
-    """:func:`ret_line` of op ``oid`` plus :func:`wait_line` of wait ``wid`` on it, at
-    the same ``t``: a blocking call waits on its work as soon as it is issued (the
-    recorder's hot path, one f-string)."""
-    return (
-        f'{{"k":"ret","id":{oid},"t":{t}}}\n'
-        f'{{"k":"wait","id":{wid},"t":{t},"tid":{tid},"work":{oid},"stack":{stack}}}\n'
-    )
+def ret_line(dt: int, back: int = 0, err: str | None = None, src: int | None = None) -> str:
+    """``["r", dt, back?, src?, err?]``: op or wait ``last - back`` returned."""
+    if err is None and src is None:
+        return f'["r",{dt}]\n' if not back else f'["r",{dt},{back}]\n'
+    err_json = "null" if err is None else json.dumps(err)
+    return f'["r",{dt}{_trailing(str(back), str(_opt(src)), err_json)}]\n'
 
 
-def done_line(oid: int, t: int, src: int | None = None) -> str:
-    """A ``done`` record: async op ``oid`` was seen complete."""
-    if src is not None:
-        return f'{{"k":"done","id":{oid},"t":{t},"src":{src}}}\n'
-    return f'{{"k":"done","id":{oid},"t":{t}}}\n'
+def wait_line(dt: int, back: int, sid: int, tid: str = "null", wid: str = "null") -> str:
+    """``["w", dt, back, sid, tid?, id?]``: a thread waits on op ``last - back``."""
+    if tid == "null" and wid == "null":
+        return f'["w",{dt},{back},{sid}]\n'
+    return f'["w",{dt},{back},{sid}{_trailing(tid, wid)}]\n'
 
 
-def drop_line(oid: int, t: int) -> str:
-    """A ``drop`` record: the work of async P2P op ``oid`` was dropped, never waited."""
-    return f'{{"k":"drop","id":{oid},"t":{t}}}\n'
+def done_line(dt: int, back: int, src: int | None = None) -> str:
+    """``["x", dt, back, src?]``: async op ``last - back`` was seen complete."""
+    if src is None:
+        return f'["x",{dt},{back}]\n'
+    return f'["x",{dt},{back},{src}]\n'
+
+
+def drop_line(dt: int, back: int) -> str:
+    """``["p", dt, back]``: the work of async P2P op ``last - back`` was dropped."""
+    return f'["p",{dt},{back}]\n'
 
 
 def newgroup_line(
-    nid: int, t: int, ranks: Sequence[int] | None, gid: str | None, stack: str
+    dt: int, ranks: Sequence[int] | None, gid: str | None, sid: int, nid: str = "null"
 ) -> str:
-    """A ``newgroup`` record (``ranks`` None: all; ``gid`` None: the caller is not a
-    member)."""
+    """``["g", dt, ranks, gid, sid, id?]``: a call of new_group."""
     gid_json = "null" if gid is None else json.dumps(gid)
-    return (
-        f'{{"k":"newgroup","id":{nid},"t":{t},"ranks":{_ints(ranks)},"gid":{gid_json},'
-        f'"stack":{stack}}}\n'
-    )
+    ranks_json = "null" if ranks is None else _ints(list(ranks))
+    return f'["g",{dt},{ranks_json},{gid_json},{sid}{_trailing(nid)}]\n'
 
 
-def nonmember_line(t: int, api: str, stack: str) -> str:
-    """A ``nonmember`` record: ``api`` called on a group the rank is not in."""
-    return f'{{"k":"nonmember","t":{t},"api":{json.dumps(api)},"stack":{stack}}}\n'
+def nonmember_line(dt: int, api: str, sid: int) -> str:
+    """``["n", dt, api, sid]``: ``api`` called on a group the rank is not in."""
+    return f'["n",{dt},{json.dumps(api)},{sid}]\n'
 
 
-def state_line(t: int, pending: Sequence[int], where: str, stack: str) -> str:
-    """A watchdog ``state`` record."""
-    return (
-        f'{{"k":"state","t":{t},"pending":{_ints(list(pending))},"where":"{where}",'
-        f'"stack":{stack}}}\n'
-    )
+def state_line(dt: int, pending: Sequence[int], where: str, sid: int) -> str:
+    """``["q", dt, pending, where, sid]``: the watchdog's view of a quiet rank."""
+    return f'["q",{dt},{_ints(list(pending))},"{where}",{sid}]\n'
 
 
-def end_line(t: int, how: str) -> str:
-    """An ``end`` record: "exit" or "destroy"."""
-    return f'{{"k":"end","t":{t},"how":"{how}"}}\n'
+def end_line(dt: int, how: str) -> str:
+    """``["e", dt, how]``: the rank shuts down cleanly ("exit" or "destroy")."""
+    return f'["e",{dt},"{how}"]\n'
 
 
 def store_line(
+    dt: int,
     sid: int,
-    t: int,
     tid: int,
     op: str,
     store: str | None,
     prefix: str,
     keys: Sequence[str],
     block: bool,
-    stack: str,
     timeout: float | None = None,
+    nid: str = "null",
 ) -> str:
-    """A ``store`` record: a c10d Store call ``op`` on ``keys`` (``block``: it waits for
-    them, and a ``ret`` follows); ``store`` None: the store cannot be told."""
+    """``["t", dt, sid, tid, op, store, prefix, keys, block, timeout?, id?]``: a c10d
+    Store call ``op`` on ``keys`` (``block``: it waits for them, and a ``ret``
+    follows); ``store`` None: the store cannot be told."""
     store_json = "null" if store is None else json.dumps(store)
     keys_json = json.dumps([str(k) for k in keys], separators=(",", ":"))
-    after = timeout_field(timeout) if timeout is not None else ""
+    timeout_json = "null" if timeout is None else repr(float(timeout))
     return (
-        f'{{"k":"store","id":{sid},"t":{t},"tid":{tid},"op":"{op}","store":{store_json},'
-        f'"prefix":{json.dumps(prefix)},"keys":{keys_json},"block":{_BOOL[block]}{after},'
-        f'"stack":{stack}}}\n'
+        f'["t",{dt},{sid},{tid},{json.dumps(op)},{store_json},{json.dumps(prefix)},'
+        f"{keys_json},{_BOOL[block]}{_trailing(timeout_json, nid)}]\n"
     )
+
+
+def checkpoint_line(us: int, body: dict[str, Any]) -> str:
+    """``["c", us, {...}]``: a checkpoint at ``us`` µs after t0 (absolute, not a delta)."""
+    return f'["c",{us},{json.dumps(body, separators=(",", ":"))}]\n'

@@ -1,0 +1,404 @@
+"""The reader of one segment's lines (format v2): wire lines back to typed records.
+
+A :class:`SegmentDecoder` undoes what :class:`~dl2.trace.schema.stream.StreamEncoder`
+did, with the same rules: it holds the segment's stack and op-description tables, the
+time and id it last saw and the seq each op key expects next, and turns each line into
+the typed records of :mod:`dl2.trace.schema.decode` (an ``o`` line into an
+:class:`OpRecord`, a ``b`` line into the ``ret`` of its op plus the ``wait`` on it).  It
+is fed lines in file order, as many at a time as the caller has, so a live tailer can
+feed it chunk by chunk.
+
+A segment after the first starts with a checkpoint, which is given back as a
+:class:`CheckpointRecord`; the checkpoints the recorder writes within a segment are not
+(they only let the reader check itself, and resynchronise after a corrupt line).
+
+For the analysis side only (msgspec).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from dl2.trace.schema.decode import CheckpointRecord
+from dl2.trace.schema.decode import CorruptRecord
+from dl2.trace.schema.decode import DoneRecord
+from dl2.trace.schema.decode import DropRecord
+from dl2.trace.schema.decode import EndRecord
+from dl2.trace.schema.decode import Frame
+from dl2.trace.schema.decode import Header
+from dl2.trace.schema.decode import NewGroupRecord
+from dl2.trace.schema.decode import NonMemberRecord
+from dl2.trace.schema.decode import OpRecord
+from dl2.trace.schema.decode import Record
+from dl2.trace.schema.decode import RetRecord
+from dl2.trace.schema.decode import StateRecord
+from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import UnknownRecord
+from dl2.trace.schema.decode import WaitRecord
+from dl2.trace.schema.state import collectives
+from dl2.trace.schema.state import expected_seqs
+from dl2.trace.schema.state import seq_key
+from dl2.trace.schema.wire import DESC_FIELDS
+from dl2.trace.schema.wire import CheckpointBody
+from dl2.trace.schema.wire import CheckpointLine
+from dl2.trace.schema.wire import DescDef
+from dl2.trace.schema.wire import DoneLine
+from dl2.trace.schema.wire import DropLine
+from dl2.trace.schema.wire import EndLine
+from dl2.trace.schema.wire import IssuedDoneLine
+from dl2.trace.schema.wire import IssuedWaitLine
+from dl2.trace.schema.wire import NewGroupLine
+from dl2.trace.schema.wire import NonMemberLine
+from dl2.trace.schema.wire import OpLine
+from dl2.trace.schema.wire import RetLine
+from dl2.trace.schema.wire import StackDef
+from dl2.trace.schema.wire import StateLine
+from dl2.trace.schema.wire import StoreLine
+from dl2.trace.schema.wire import WaitLine
+from dl2.trace.schema.wire import decode_lines
+
+_replace = msgspec.structs.replace
+_Out = list[Record]
+
+
+class SegmentDecoder:
+    """Resolves the lines of one segment, in order, into typed records.
+
+    Args:
+        header: the segment's header (its ``t0``, ``rank`` and ``segment``).
+
+    Attributes:
+        notes: sentences about what the segment's own checkpoints found (records
+            lost to a corrupt line); the caller reports them.
+    """
+
+    def __init__(self, header: Header) -> None:
+        self.t0 = header.t0
+        self.me = header.rank
+        self.notes: list[str] = []
+        self._stacks: dict[int, tuple[Frame, ...]] = {0: ()}
+        # did -> (OpRecord with id 0, t 0, seq None; the op's seq key; its stack id)
+        self._descs: dict[int, tuple[OpRecord, Any, int]] = {}
+        self._seqs: dict[Any, int] = {}  # the seq each key expects next
+        self._next_id = 1
+        self._ops_before = 0
+        self._us = 0
+        self._last = 0
+        self._last_tid = 0
+        self._last_sid = -1
+        self._first = header.segment > 0  # the next record is the segment's checkpoint
+        self._skipped = 0  # corrupt lines since the last checkpoint
+        self._handlers: dict[type, Callable[[Any, _Out], None]] = {
+            StackDef: self._stack_def,
+            DescDef: self._desc_def,
+            OpLine: self._op,
+            IssuedWaitLine: self._issued_wait,
+            IssuedDoneLine: self._issued_done,
+            RetLine: self._ret,
+            WaitLine: self._wait,
+            DoneLine: self._done,
+            NewGroupLine: self._newgroup,
+            NonMemberLine: self._nonmember,
+            StateLine: self._state_line,
+            EndLine: self._end,
+            DropLine: self._drop,
+            StoreLine: self._store,
+            CheckpointLine: self._checkpoint,
+        }
+
+    def decode(
+        self, lines: Sequence[bytes]
+    ) -> tuple[list[Record], list[tuple[int, CorruptRecord]]]:
+        """The records of ``lines`` (complete lines, in file order, without newlines)
+        and the lines that could not be read or resolved, as (index, error) (a ``b``
+        line gives two records, a ``k`` line three, a definition none).
+
+        The two lines of a blocking op (``o``, ``k``) are resolved inline: they are
+        nearly every line of a long trace.
+        """
+        out: list[Record] = []
+        corrupt: list[tuple[int, CorruptRecord]] = []
+        append = out.append
+        handlers = self._handlers
+        descs = self._descs
+        stacks = self._stacks
+        seqs = self._seqs
+        t0 = self.t0
+        for index, item in enumerate(decode_lines(lines)):
+            kind = type(item)
+            if kind is OpLine:
+                template = descs.get(item.did)  # type: ignore[union-attr]
+                if template is not None:
+                    self._first = False
+                    us = self._us + item.dt  # type: ignore[union-attr]
+                    self._us = us
+                    oid = item.id  # type: ignore[union-attr]
+                    if oid is None:
+                        oid = self._last + 1
+                    self._last = oid
+                    if oid >= self._next_id:
+                        self._next_id = oid + 1
+                    record, skey, sid = template
+                    seq = item.seq  # type: ignore[union-attr]
+                    if skey is not None:
+                        if seq is None:
+                            seq = seqs.get(skey, 0)
+                        seqs[skey] = seq + 1
+                    op = _replace(record, id=oid, t=t0 + us * 1000, seq=seq, batch=item.batch)  # type: ignore[union-attr]
+                    self._ops_before += 1
+                    self._last_tid = record.tid
+                    self._last_sid = sid
+                    append(op)
+                    continue
+            elif kind is IssuedDoneLine:
+                stack = stacks.get(self._last_sid)
+                if stack is not None:
+                    self._first = False
+                    us = self._us + item.dt  # type: ignore[union-attr]
+                    t = t0 + us * 1000
+                    oid = self._last
+                    wid = oid + 1
+                    self._last = wid
+                    if wid >= self._next_id:
+                        self._next_id = wid + 1
+                    append(RetRecord(id=oid, t=t))
+                    append(WaitRecord(id=wid, t=t, tid=self._last_tid, work=oid, stack=stack))
+                    us += item.dt_ret  # type: ignore[union-attr]
+                    self._us = us
+                    append(RetRecord(id=wid, t=t0 + us * 1000))
+                    continue
+            elif kind is CorruptRecord:
+                self._skipped += 1
+                corrupt.append((index, item))  # type: ignore[arg-type]
+                continue
+            elif kind is UnknownRecord:
+                append(item)  # type: ignore[arg-type]
+                continue
+            size = len(out)
+            try:
+                handlers[kind](item, out)
+            except CorruptRecord as err:  # raised before the line changed any state
+                del out[size:]
+                self._skipped += 1
+                corrupt.append((index, err))
+            seqs = self._seqs  # a checkpoint sets them anew
+        return out, corrupt
+
+    def unskip(self) -> None:
+        """The last corrupt line given back will be fed again (it may be a line still
+        being written): it was not skipped."""
+        self._skipped -= 1
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _t(self, dt: int) -> int:
+        us = self._us + dt
+        self._us = us
+        return self.t0 + us * 1000
+
+    def _frames(self, sid: int) -> tuple[Frame, ...]:
+        stack = self._stacks.get(sid)
+        if stack is None:
+            raise CorruptRecord(f"stack {sid} is not defined in this segment")
+        return stack
+
+    def _new_id(self, given: int | None) -> int:
+        rid = self._last + 1 if given is None else given
+        self._last = rid
+        if rid >= self._next_id:
+            self._next_id = rid + 1
+        return rid
+
+    def _template(self, did: int) -> tuple[OpRecord, Any, int]:
+        desc = self._descs.get(did)
+        if desc is None:
+            raise CorruptRecord(f"op description {did} is not defined in this segment")
+        return desc
+
+    def _resolve_op(
+        self,
+        template: tuple[OpRecord, Any, int],
+        oid: int,
+        us: int,
+        seq: int | None,
+        batch: int | None,
+    ) -> OpRecord:
+        record, skey, _ = template
+        if skey is not None:
+            seqs = self._seqs
+            if seq is None:
+                seq = seqs.get(skey, 0)
+            seqs[skey] = seq + 1
+        return _replace(record, id=oid, t=self.t0 + us * 1000, seq=seq, batch=batch)
+
+    # -- the lines ------------------------------------------------------------------------
+
+    def _stack_def(self, line: StackDef, out: _Out) -> None:
+        self._stacks[line.sid] = line.frames
+
+    def _desc_def(self, line: DescDef, out: _Out) -> None:
+        desc = line.desc
+        sid: int = desc.stack  # type: ignore[attr-defined]
+        fields = {f.name: getattr(desc, f.name) for f in DESC_FIELDS}
+        record = OpRecord(id=0, stack=self._frames(sid), **fields)
+        self._descs[line.did] = (record, seq_key(record.gid, record.op, record.peer), sid)
+
+    def _op(self, line: OpLine, out: _Out) -> None:
+        template = self._template(line.did)
+        self._first = False
+        us = self._us + line.dt
+        self._us = us
+        record = self._resolve_op(template, self._new_id(line.id), us, line.seq, line.batch)
+        self._ops_before += 1
+        self._last_tid = record.tid
+        self._last_sid = template[2]
+        out.append(record)
+
+    def _issued_wait(self, line: IssuedWaitLine, out: _Out) -> None:
+        stack = self._frames(self._last_sid if line.sid is None else line.sid)
+        self._first = False
+        t = self._t(line.dt)
+        oid = self._last - (line.back or 0)
+        tid = self._last_tid if line.tid is None else line.tid
+        wid = self._new_id(line.wid)
+        out.append(RetRecord(id=oid, t=t))
+        out.append(WaitRecord(id=wid, t=t, tid=tid, work=oid, stack=stack))
+
+    def _issued_done(self, line: IssuedDoneLine, out: _Out) -> None:
+        self._issued_wait(IssuedWaitLine(line.dt), out)
+        out.append(RetRecord(id=self._last, t=self._t(line.dt_ret)))
+
+    def _ret(self, line: RetLine, out: _Out) -> None:
+        self._first = False
+        t = self._t(line.dt)
+        out.append(RetRecord(id=self._last - (line.back or 0), t=t, err=line.err, src=line.src))
+
+    def _wait(self, line: WaitLine, out: _Out) -> None:
+        stack = self._frames(line.sid)
+        self._first = False
+        t = self._t(line.dt)
+        work = self._last - line.back
+        tid = self._last_tid if line.tid is None else line.tid
+        out.append(WaitRecord(id=self._new_id(line.id), t=t, tid=tid, work=work, stack=stack))
+
+    def _done(self, line: DoneLine, out: _Out) -> None:
+        self._first = False
+        out.append(DoneRecord(id=self._last - line.back, t=self._t(line.dt), src=line.src))
+
+    def _newgroup(self, line: NewGroupLine, out: _Out) -> None:
+        stack = self._frames(line.sid)
+        self._first = False
+        t = self._t(line.dt)
+        nid = self._new_id(line.id)
+        out.append(NewGroupRecord(id=nid, t=t, ranks=line.ranks, gid=line.gid, stack=stack))
+
+    def _nonmember(self, line: NonMemberLine, out: _Out) -> None:
+        stack = self._frames(line.sid)
+        self._first = False
+        out.append(NonMemberRecord(t=self._t(line.dt), api=line.api, stack=stack))
+
+    def _state_line(self, line: StateLine, out: _Out) -> None:
+        stack = self._frames(line.sid)
+        self._first = False
+        t = self._t(line.dt)
+        out.append(StateRecord(t=t, pending=line.pending, where=line.where, stack=stack))
+
+    def _end(self, line: EndLine, out: _Out) -> None:
+        self._first = False
+        out.append(EndRecord(t=self._t(line.dt), how=line.how))
+
+    def _drop(self, line: DropLine, out: _Out) -> None:
+        self._first = False
+        out.append(DropRecord(id=self._last - line.back, t=self._t(line.dt)))
+
+    def _store(self, line: StoreLine, out: _Out) -> None:
+        stack = self._frames(line.sid)
+        self._first = False
+        t = self._t(line.dt)
+        out.append(
+            StoreRecord(
+                id=self._new_id(line.id),
+                t=t,
+                tid=line.tid,
+                op=line.op,
+                store=line.store,
+                prefix=line.prefix,
+                keys=line.keys,
+                block=line.block,
+                timeout=line.timeout,
+                stack=stack,
+            )
+        )
+
+    def _checkpoint(self, line: CheckpointLine, out: _Out) -> None:
+        body = line.body
+        record = self._checkpoint_record(line.us, body)
+        if self._skipped:
+            found = (self._next_id, self._ops_before, collectives(self._seqs))
+            if found != (body.next_id, body.ops_before, body.collectives):
+                self.notes.append(
+                    f"{self._skipped} corrupt line(s) lost records: the ids and seqs read "
+                    "between them and this checkpoint may be wrong"
+                )
+            self._skipped = 0
+        channels = {(g, s, r, tag): n for g, s, r, tag, n in body.channels}
+        self._seqs = expected_seqs(dict(body.collectives), channels, self.me)
+        self._next_id = body.next_id
+        self._ops_before = body.ops_before
+        self._us = line.us
+        self._last = body.next_id - 1
+        self._last_tid = 0
+        self._last_sid = -1
+        if self._first:
+            out.append(record)
+        self._first = False
+
+    def _checkpoint_record(self, us: int, body: CheckpointBody) -> CheckpointRecord:
+        t0 = self.t0
+        opened = tuple(
+            _replace(self._template(did)[0], id=oid, t=t0 + at * 1000, seq=seq, batch=batch)
+            for oid, at, did, seq, batch in body.open
+        )
+        waits = tuple(
+            WaitRecord(id=wid, t=t0 + at * 1000, tid=tid, work=work, stack=self._frames(sid))
+            for wid, at, tid, work, sid in body.waits
+        )
+        newgroups = tuple(
+            NewGroupRecord(id=nid, t=t0 + at * 1000, ranks=ranks, gid=gid, stack=self._frames(sid))
+            for nid, at, ranks, gid, sid in body.newgroups
+        )
+        stores = tuple(
+            StoreRecord(
+                id=cid,
+                t=t0 + at * 1000,
+                tid=tid,
+                op=op,
+                store=store,
+                prefix=prefix,
+                keys=keys,
+                block=True,
+                timeout=timeout,
+                stack=self._frames(sid),
+            )
+            for cid, at, tid, op, store, prefix, keys, timeout, sid in body.stores
+        )
+        return CheckpointRecord(
+            t=t0 + us * 1000,
+            segment=body.segment,
+            next_id=body.next_id,
+            ops_before=body.ops_before,
+            collectives=dict(body.collectives),
+            channels=body.channels,
+            groups=dict(body.groups),
+            open=opened,
+            issued=body.issued,
+            waits=waits,
+            pending=body.pending,
+            newgroups=newgroups,
+            dropped=body.dropped,
+            stores=stores,
+        )

@@ -15,14 +15,14 @@ from dataclasses import replace
 
 from dl2.model.checkpoint import CheckpointRecord
 from dl2.model.program import channel_key
+from dl2.trace.rotated import snapshot
+from dl2.trace.rotated import track
 from dl2.trace.schema.decode import DoneRecord
 from dl2.trace.schema.decode import DropRecord
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import WaitRecord
-from dl2.trace.rotated import snapshot
-from dl2.trace.rotated import track
 from dl2.trace.session import Session
 
 _P2P = ("send", "recv")

@@ -746,3 +746,25 @@ def test_any_header_line_gives_a_header_or_a_clean_error(line: bytes):
         assert str(err).startswith("f: ")
         return
     assert isinstance(header, Header)
+
+
+@pytest.mark.parametrize(
+    ("ranks", "written"),
+    [
+        (list(range(8192)), '{"start":0,"stop":8192,"step":1}'),
+        ([1, 3, 5, 7], '{"start":1,"stop":8,"step":2}'),
+        ([0, 1, 2], "[0,1,2]"),
+        ([0, 1, 3, 4], "[0,1,3,4]"),
+        ([3, 2, 1, 0], "[3,2,1,0]"),
+    ],
+)
+def test_a_group_of_evenly_spaced_ranks_is_written_as_a_range(ranks, written):
+    s = Stream()
+    s.op(1, 1, op="create_group", gid="7", fields=encode.ranks_field(ranks), ranks=ranks)
+    s.encoder.newgroup(2, t(2), ranks, "7", s.sid())
+    assert written in "".join(s.lines)
+    op, newgroup = s.read()
+    assert op.ranks == newgroup.ranks == tuple(ranks)
+    # a checkpoint writes and reads them the same way
+    cp = snapshot(track([op, RetRecord(id=1, t=t(1)), newgroup], 0, T0), t(3), 1)
+    assert cp.groups == {"7": tuple(ranks)} and cp.newgroups[0].ranks == tuple(ranks)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
@@ -81,6 +82,7 @@ class Matcher:
         self.creators: dict[tuple[str, tuple[int, ...] | None], set[int]] = {}
         self.store_keys: dict[str, set[int]] = {}
         self._created: dict[str, dict[int, tuple[int, ...]]] = {}  # gid -> rank -> members
+        self._sorted: dict[int, tuple[Any, tuple[int, ...]]] = {}  # id(ranks) -> (ranks, sorted)
         self._issued: dict[str, dict[int, int]] = {}  # gid -> rank -> next position
         self._bases: dict[str, dict[int, int]] = {}  # gid -> resumed rank -> its first position
         self.channels = Channels()
@@ -132,7 +134,11 @@ class Matcher:
     def _create(self, gid: str, rank: int, ranks: tuple[int, ...] | None) -> None:
         self.creators.setdefault((gid, ranks), set()).add(rank)
         if ranks is not None:
-            self._created.setdefault(gid, {})[rank] = tuple(sorted(ranks))
+            # ranks read from a range are one tuple shared by every rank: sort it once
+            known = self._sorted.get(id(ranks))
+            if known is None or known[0] is not ranks:
+                known = self._sorted[id(ranks)] = (ranks, tuple(sorted(ranks)))
+            self._created.setdefault(gid, {})[rank] = known[1]
             self._forget_members(gid)
 
     # -- ops arriving ------------------------------------------------------------------

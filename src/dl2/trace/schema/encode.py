@@ -193,8 +193,26 @@ def splits_field(splits: Sequence[Sequence[int]]) -> str:
     return f',"splits":{_ints(splits)}'
 
 
+def ranks_value(ranks: Sequence[int]) -> Any:
+    """Ranks as a line writes them: an arithmetic progression of four or more (the
+    world, a block, a strided group) as ``{"start", "stop", "step"}``, else a list (so
+    that a group of every rank costs a few bytes, not one number per rank, in every
+    rank's trace)."""
+    n = len(ranks)
+    if n >= 4:
+        step = ranks[1] - ranks[0]
+        if step > 0 and all(ranks[i + 1] - ranks[i] == step for i in range(n - 1)):
+            return {"start": ranks[0], "stop": ranks[-1] + 1, "step": step}
+    return list(ranks)
+
+
+def ranks_json(ranks: Sequence[int]) -> str:
+    """:func:`ranks_value` as JSON text."""
+    return json.dumps(ranks_value(ranks), separators=(",", ":"))
+
+
 def ranks_field(ranks: Sequence[int]) -> str:
-    return f',"ranks":{_ints(ranks)}'
+    return f',"ranks":{ranks_json(ranks)}'
 
 
 def timeout_field(seconds: float) -> str:
@@ -315,8 +333,8 @@ def newgroup_line(
 ) -> str:
     """``["g", dt, ranks, gid, sid, id?]``: a call of new_group."""
     gid_json = "null" if gid is None else json.dumps(gid)
-    ranks_json = "null" if ranks is None else _ints(list(ranks))
-    return f'["g",{dt},{ranks_json},{gid_json},{sid}{_trailing(nid)}]\n'
+    written = "null" if ranks is None else ranks_json(ranks)
+    return f'["g",{dt},{written},{gid_json},{sid}{_trailing(nid)}]\n'
 
 
 def nonmember_line(dt: int, api: str, sid: int) -> str:

@@ -17,6 +17,7 @@ For the analysis side only (msgspec).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Any
@@ -54,6 +55,7 @@ from dl2.trace.schema.wire import IssuedWaitLine
 from dl2.trace.schema.wire import NewGroupLine
 from dl2.trace.schema.wire import NonMemberLine
 from dl2.trace.schema.wire import OpLine
+from dl2.trace.schema.wire import RankRange
 from dl2.trace.schema.wire import RetLine
 from dl2.trace.schema.wire import StackDef
 from dl2.trace.schema.wire import StateLine
@@ -62,6 +64,21 @@ from dl2.trace.schema.wire import WaitLine
 from dl2.trace.schema.wire import decode_lines
 
 _replace = msgspec.structs.replace
+
+
+@functools.lru_cache(maxsize=4096)
+def _range(start: int, stop: int, step: int) -> tuple[int, ...]:
+    return tuple(range(start, stop, step))
+
+
+def expand_ranks(ranks: tuple[int, ...] | RankRange | None) -> tuple[int, ...] | None:
+    """Ranks as written (a list, a :class:`RankRange` or null) as a tuple (or None);
+    the ranks of one range are one tuple, shared by every rank that wrote them."""
+    if type(ranks) is RankRange:
+        return _range(ranks.start, ranks.stop, ranks.step)
+    return ranks  # type: ignore[return-value]
+
+
 _Out = list[Record]
 
 
@@ -244,6 +261,7 @@ class SegmentDecoder:
         desc = line.desc
         sid: int = desc.stack  # type: ignore[attr-defined]
         fields = {f.name: getattr(desc, f.name) for f in DESC_FIELDS}
+        fields["ranks"] = expand_ranks(fields["ranks"])
         record = OpRecord(id=0, stack=self._frames(sid), **fields)
         self._descs[line.did] = (record, seq_key(record.gid, record.op, record.peer), sid)
 
@@ -294,7 +312,8 @@ class SegmentDecoder:
         self._first = False
         t = self._t(line.dt)
         nid = self._new_id(line.id)
-        out.append(NewGroupRecord(id=nid, t=t, ranks=line.ranks, gid=line.gid, stack=stack))
+        ranks = expand_ranks(line.ranks)
+        out.append(NewGroupRecord(id=nid, t=t, ranks=ranks, gid=line.gid, stack=stack))
 
     def _nonmember(self, line: NonMemberLine, out: _Out) -> None:
         stack = self._frames(line.sid)
@@ -368,7 +387,13 @@ class SegmentDecoder:
             for wid, at, tid, work, sid in body.waits
         )
         newgroups = tuple(
-            NewGroupRecord(id=nid, t=t0 + at * 1000, ranks=ranks, gid=gid, stack=self._frames(sid))
+            NewGroupRecord(
+                id=nid,
+                t=t0 + at * 1000,
+                ranks=expand_ranks(ranks),
+                gid=gid,
+                stack=self._frames(sid),
+            )
             for nid, at, ranks, gid, sid in body.newgroups
         )
         stores = tuple(
@@ -393,7 +418,7 @@ class SegmentDecoder:
             ops_before=body.ops_before,
             collectives=dict(body.collectives),
             channels=body.channels,
-            groups=dict(body.groups),
+            groups={gid: expand_ranks(ranks) for gid, ranks in body.groups.items()},
             open=opened,
             issued=body.issued,
             waits=waits,

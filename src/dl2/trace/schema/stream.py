@@ -557,7 +557,10 @@ class StreamEncoder:
                 head.append(self._define(desc))
             opened.append(list(entry[:5]))
         waits = [list(wait) for wait in self.waits.values()]
-        newgroups = [list(call) for call in self.newgroups]
+        newgroups = [
+            [nid, us, None if ranks is None else encode.ranks_value(ranks), gid, sid]
+            for nid, us, ranks, gid, sid in self.newgroups
+        ]
         self.dropped &= self.open.keys()
         stores = [list(call) for call in self.stores.values()]
         for sid in (
@@ -572,7 +575,10 @@ class StreamEncoder:
             "ops_before": self.ops_before,
             "collectives": collectives(self.seqs),
             "channels": [[*key, count] for key, count in self.channels.items()],
-            "groups": self.groups,
+            "groups": {
+                gid: None if ranks is None else encode.ranks_value(ranks)
+                for gid, ranks in self.groups.items()
+            },
             "open": opened,
             "issued": sorted(self.issued),
             "waits": waits,

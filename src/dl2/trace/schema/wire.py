@@ -30,12 +30,30 @@ DESC_FIELDS = tuple(
     for f in msgspec.structs.fields(OpRecord)
     if f.name not in ("id", "t", "seq", "batch", "stack")
 )
+
+
+class RankRange(msgspec.Struct, frozen=True, gc=False):
+    """Ranks ``start, start + step, ...`` below ``stop``: a group's ranks written short
+    (the world, a tensor-parallel block, a strided data-parallel group)."""
+
+    start: int
+    stop: int
+    step: int = 1
+
+
+#: ranks as a line may write them: a list, a range, or null (all)
+Ranks = tuple[int, ...] | RankRange | None
+
 #: The object of a ``d`` line: :data:`DESC_FIELDS` plus ``stack`` (a stack id).
 OpDesc = msgspec.defstruct(
     "OpDesc",
     [
         *(
-            (f.name, f.type, msgspec.field(default=f.default, name=f.encode_name))
+            (
+                f.name,
+                Ranks if f.name == "ranks" else f.type,
+                msgspec.field(default=f.default, name=f.encode_name),
+            )
             for f in DESC_FIELDS
         ),
         ("stack", int, 0),
@@ -104,7 +122,7 @@ class DoneLine(_Line, tag="x", frozen=True):
 
 class NewGroupLine(_Line, tag="g", frozen=True):
     dt: int
-    ranks: tuple[int, ...] | None
+    ranks: Ranks
     gid: str | None
     sid: int
     id: int | None = None
@@ -154,12 +172,12 @@ class CheckpointBody(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     ops_before: int = 0
     collectives: dict[str, int] = msgspec.field(default_factory=dict)
     channels: tuple[tuple[str, int, int, int, int], ...] = ()
-    groups: dict[str, tuple[int, ...] | None] = msgspec.field(default_factory=dict)
+    groups: dict[str, Ranks] = msgspec.field(default_factory=dict)
     open: tuple[tuple[int, int, int, int | None, int | None], ...] = ()  # id, us, did, seq, batch
     issued: tuple[int, ...] = ()
     waits: tuple[tuple[int, int, int, int, int], ...] = ()  # id, us, tid, work, sid
     pending: tuple[int, ...] = ()
-    newgroups: tuple[tuple[int, int, tuple[int, ...] | None, str | None, int], ...] = ()
+    newgroups: tuple[tuple[int, int, Ranks, str | None, int], ...] = ()
     dropped: tuple[int, ...] = ()
     stores: tuple[
         tuple[int, int, int, str, str | None, str, tuple[str, ...], float | None, int], ...

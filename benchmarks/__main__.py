@@ -26,6 +26,7 @@ SUITES = {
     "nondet": "benchmarks.nondeterminism",
     "scale": "benchmarks.scale",
     "model": "benchmarks.model_scale",
+    "model_feed": "benchmarks.model_feed",
 }
 #: options a suite gets when it runs as part of the whole benchmark (no suite named)
 FULL_RUN_OPTIONS = {"eval": ["--anchors"]}

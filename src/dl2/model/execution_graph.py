@@ -232,6 +232,10 @@ class ExecutionGraph:
         """The rank's ops that raised, in program order."""
         return self._ops(rank, lambda st: st.error is not None)
 
+    def dropped_ops(self, rank: int) -> tuple[Op, ...]:
+        """The rank's ops whose work it dropped (``Op.dropped``), in program order."""
+        return self._ops(rank, lambda st: st.dropped)
+
     def p2p_ops(self, rank: int) -> tuple[Op, ...]:
         """The rank's sends and receives, in program order."""
         return self._ops(rank, lambda st: st.rec.op in ("send", "recv"))

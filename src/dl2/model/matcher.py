@@ -156,7 +156,11 @@ class Matcher:
             pos = issued.get(rank)
             if pos is None:
                 pos = 0
-                self._forget_members(gid)
+                if gid != "0" and not self._created.get(gid):
+                    # the members of a group no trace created are the ranks that issued
+                    # on it (the world's and a created group's do not change here: forgetting
+                    # them for each new rank cost O(world) each, O(world^2) in all)
+                    self._forget_members(gid)
             issued[rank] = pos + 1
         st.pos = pos
         group = self.slots.get(gid)

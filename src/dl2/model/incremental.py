@@ -66,7 +66,8 @@ class Model:
     def __init__(self, window: int | None = DEFAULT_WINDOW) -> None:
         self.window = window
         self.version = 0
-        self.matcher = Matcher(self._drop)
+        self._kept: dict[int, dict[int, OpState]] = {}  # rank -> its model's ops
+        self.matcher = Matcher(self._kept)
         self.waiting: set[int] = set()
         self._files: dict[str, _File] = {}
         self._ranks: dict[int, str] = {}  # rank -> the key of its file
@@ -112,6 +113,7 @@ class Model:
             if current is not None:
                 self._leave(current)
             entry.rank_model = self._models[rank] = RankModel(rank, self.matcher)
+            self._kept[rank] = entry.rank_model.ops
             self._ranks[rank] = key
             if current is not None or header.world_size > self.world_size:
                 self._sizes()
@@ -136,14 +138,12 @@ class Model:
             self.waiting.discard(rank)
             entry.rank_model = None
             del self._models[rank]
+            del self._kept[rank]
 
     def _sizes(self) -> None:
         heads = (self._files[k].header.world_size for k in self._ranks.values())
         self.world_size = max(heads, default=0)
         self.matcher.set_world(self.world_size)
-
-    def _drop(self, st: OpState) -> None:
-        self._models[st.rank].ops.pop(st.rec.id, None)
 
     # -- reading -----------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ it before the checkpoint, and is not missing it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from collections.abc import Iterable
 
 import msgspec
@@ -60,7 +59,8 @@ class Matcher:
     """Matches every rank's ops as they arrive (see the module docstring).
 
     Args:
-        drop: called with each op folded away (its rank model forgets it).
+        kept: rank -> its ops kept (op id -> state, the rank model's ``ops``), which
+            the model fills as ranks come and go; a folded op is removed from it.
 
     Attributes:
         slots: group -> position -> the collective slot kept there.
@@ -71,8 +71,8 @@ class Matcher:
         folded: ops folded away.
     """
 
-    def __init__(self, drop: Callable[[OpState], None]) -> None:
-        self._drop = drop
+    def __init__(self, kept: dict[int, dict[int, OpState]]) -> None:
+        self._kept = kept
         self.world_size = 0
         self._world: tuple[int, ...] = ()
         self.retained = 0
@@ -171,6 +171,47 @@ class Matcher:
             slot = group[pos] = _Slot(gid, pos)
         slot.ops[rank] = st
 
+    def add_done(self, st: OpState) -> None:
+        """A new op that is already done (issued and completed without error): what
+        :meth:`add` then :meth:`done` do, in one call for a collective."""
+        rec = st.rec
+        op = rec.op
+        if op == "send" or op == "recv" or op == "create_group":
+            self.add(st)
+            self.done(st)
+            return
+        self.retained += 1
+        gid, rank = rec.gid, st.rank
+        issued = self._issued.get(gid)
+        if issued is None:
+            issued = self._issued[gid] = {}
+        pos = issued.get(rank)
+        if pos is None:
+            pos = 0
+            if gid != "0" and not self._created.get(gid):
+                self._forget_members(gid)
+        issued[rank] = pos + 1
+        st.pos = pos
+        group = self.slots.get(gid)
+        if group is None:
+            group = self.slots[gid] = {}
+        slot = group.get(pos)
+        if slot is None:
+            slot = group[pos] = _Slot(gid, pos)
+        ops = slot.ops
+        ops[rank] = st
+        # done
+        slot.done += 1
+        have = len(ops)
+        if slot.done != have or slot.queued:
+            return
+        members = self._member_sets.get(gid)
+        if members is not None and have < len(members) and gid not in self._bases:
+            return  # not every member issued it yet
+        if self._finished(slot):
+            slot.queued = True
+            self._queue.append(slot)
+
     def done(self, st: OpState) -> None:
         """An op completed: queue its slot or channel for folding once all of it did."""
         rec = st.rec
@@ -255,14 +296,14 @@ class Matcher:
         folded = len(slot.ops)
         self.retained -= folded
         self.folded += folded
-        drop = self._drop
-        for st in slot.ops.values():
-            drop(st)
+        kept = self._kept
+        for rank, st in slot.ops.items():
+            kept[rank].pop(st.rec.id, None)
 
     def _forget(self, st: OpState) -> None:
         self.retained -= 1
         self.folded += 1
-        self._drop(st)
+        self._kept[st.rank].pop(st.rec.id, None)
 
     # -- store keys --------------------------------------------------------------------
 

@@ -172,6 +172,7 @@ def one_run(world: int, ops: int, window: int | None) -> dict[str, object]:
     started = clock()
     session = build_session([RankTrace(keys[r], headers[r], ()) for r in range(world)], {})
     report = analyze(session, graph=model.graph(), quiet=run_quiet({}), hazards=True)
+    rendering = clock()
     text = get_renderer("text").render_for(report, tty=False)
     document = get_renderer("json").render_for(report, tty=False)
     analysed = clock() - started
@@ -181,6 +182,7 @@ def one_run(world: int, ops: int, window: int | None) -> dict[str, object]:
         "records": records,
         "feed_s": fed,
         "analysis_s": analysed,
+        "render_s": analysed - (rendering - started),
         "verdict": report.verdict.value,
         "cycle": len(cycle),
         "text_bytes": len(text),

@@ -40,8 +40,11 @@ from dl2.model.program import WILD
 from dl2.model.program import Channel
 from dl2.model.program import Mailbox
 from dl2.model.rank_state import OpState
+from dl2.trace.schema.decode import OpRecord
 
 _P2P = ("send", "recv")
+#: ops that take no collective slot
+_UNSLOTTED = frozenset({"send", "recv", "create_group"})
 
 
 class _Slot(msgspec.Struct, gc=False):
@@ -53,6 +56,23 @@ class _Slot(msgspec.Struct, gc=False):
     ops: dict[int, OpState] = msgspec.field(default_factory=dict)
     done: int = 0
     queued: bool = False
+    #: the record of the first op placed here, which every later one is compared with
+    first: OpRecord | None = None
+    #: the ops may disagree: one was recorded otherwise than ``first``, or ``first`` is
+    #: an all_to_all, whose sizes are always checked (never reset: a superset)
+    varied: bool = False
+
+
+def _differs(rec: OpRecord, first: OpRecord | None) -> bool:
+    """Whether a collective's record differs from ``first`` in what matching compares."""
+    return first is None or (
+        rec.op != first.op
+        or rec.dtype != first.dtype
+        or rec.count != first.count
+        or rec.redop != first.redop
+        or rec.root != first.root
+        or rec.splits != first.splits
+    )
 
 
 class Matcher:
@@ -168,43 +188,61 @@ class Matcher:
             group = self.slots[gid] = {}
         slot = group.get(pos)
         if slot is None:
-            slot = group[pos] = _Slot(gid, pos)
+            slot = group[pos] = _Slot(gid, pos, first=rec, varied=op in EXCHANGE_OPS)
+        elif not slot.varied:
+            slot.varied = _differs(rec, slot.first)
         slot.ops[rank] = st
 
     def add_done(self, st: OpState) -> None:
         """A new op that is already done (issued and completed without error): what
-        :meth:`add` then :meth:`done` do, in one call for a collective."""
+        :meth:`add` then :meth:`done` do, in one call for a collective (the hot path of
+        a blocking collective: dictionary subscripts rather than ``get``)."""
         rec = st.rec
         op = rec.op
-        if op == "send" or op == "recv" or op == "create_group":
+        if op in _UNSLOTTED:
             self.add(st)
             self.done(st)
             return
         self.retained += 1
-        gid, rank = rec.gid, st.rank
-        issued = self._issued.get(gid)
-        if issued is None:
-            issued = self._issued[gid] = {}
-        pos = issued.get(rank)
-        if pos is None:
-            pos = 0
-            if gid != "0" and not self._created.get(gid):
-                self._forget_members(gid)
+        gid = rec.gid
+        rank = st.rank
+        try:
+            issued = self._issued[gid]
+            pos = issued[rank]
+        except KeyError:
+            issued = self._issued.setdefault(gid, {})
+            pos = issued.get(rank)
+            if pos is None:
+                pos = 0
+                if gid != "0" and not self._created.get(gid):
+                    self._forget_members(gid)
         issued[rank] = pos + 1
         st.pos = pos
-        group = self.slots.get(gid)
-        if group is None:
+        try:
+            group = self.slots[gid]
+        except KeyError:
             group = self.slots[gid] = {}
         slot = group.get(pos)
         if slot is None:
-            slot = group[pos] = _Slot(gid, pos)
-        ops = slot.ops
-        ops[rank] = st
-        # done
-        slot.done += 1
-        have = len(ops)
-        if slot.done != have or slot.queued:
-            return
+            slot = group[pos] = _Slot(gid, pos, {rank: st}, 1, False, rec, op in EXCHANGE_OPS)
+            have = 1
+        else:
+            if not slot.varied:
+                first = slot.first
+                slot.varied = (
+                    rec.op != first.op  # type: ignore[union-attr]
+                    or rec.dtype != first.dtype  # type: ignore[union-attr]
+                    or rec.count != first.count  # type: ignore[union-attr]
+                    or rec.redop != first.redop  # type: ignore[union-attr]
+                    or rec.root != first.root  # type: ignore[union-attr]
+                    or rec.splits != first.splits  # type: ignore[union-attr]
+                )
+            ops = slot.ops
+            ops[rank] = st
+            slot.done += 1
+            have = len(ops)
+            if slot.done != have or slot.queued:
+                return
         members = self._member_sets.get(gid)
         if members is not None and have < len(members) and gid not in self._bases:
             return  # not every member issued it yet
@@ -396,25 +434,8 @@ class Matcher:
     @staticmethod
     def _varied(slot: _Slot) -> bool:
         """Whether the slot's ops may disagree: not all recorded alike (an all_to_all's
-        sizes are always checked)."""
-        states = iter(slot.ops.values())
-        first = next(states).rec
-        op, root, redop, dtype, count = first.op, first.root, first.redop, first.dtype, first.count
-        if op in EXCHANGE_OPS:
-            return True
-        splits = first.splits
-        for st in states:
-            r = st.rec
-            if (
-                r.op != op
-                or r.dtype != dtype
-                or r.count != count
-                or r.redop != redop
-                or r.root != root
-                or r.splits != splits
-            ):
-                return True
-        return False
+        sizes are always checked); kept as the ops arrive."""
+        return slot.varied
 
     def partner(self, st: OpState, read: dict[Mailbox, dict[OpKey, OpState]]) -> OpState | None:
         """The op that meets a send or receive (see :meth:`Channels.partner`)."""

@@ -104,6 +104,7 @@ class Matcher:
         self._issued: dict[str, dict[int, int]] = {}  # gid -> rank -> next position
         self._bases: dict[str, dict[int, int]] = {}  # gid -> resumed rank -> its first position
         self.channels = Channels()
+        self.p2p_ranks: set[int] = set()  # the ranks that issued a send or receive
         self._queue: deque[_Slot | Link] = deque()
         self._members: dict[str, tuple[int, ...]] = {}
         self._member_sets: dict[str, frozenset[int]] = {}
@@ -163,6 +164,7 @@ class Matcher:
         self.retained += 1
         op = rec.op
         if op == "send" or op == "recv":
+            self.p2p_ranks.add(st.rank)
             self.channels.add(st)
             return
         if op == "create_group":
@@ -211,11 +213,10 @@ class Matcher:
             pos = issued[rank]
         except KeyError:
             issued = self._issued.setdefault(gid, {})
-            pos = issued.get(rank)
-            if pos is None:
-                pos = 0
-                if gid != "0" and not self._created.get(gid):
-                    self._forget_members(gid)
+            known = issued.get(rank)
+            pos = 0 if known is None else known
+            if known is None and gid != "0" and not self._created.get(gid):
+                self._forget_members(gid)
         issued[rank] = pos + 1
         st.pos = pos
         try:
@@ -371,6 +372,7 @@ class Matcher:
         for setters in self.store_keys.values():
             setters.discard(rank)
         self.channels.remove_rank(rank)
+        self.p2p_ranks.discard(rank)
         self._forget_members()
 
     def resume(self, rank: int, ck: CheckpointRecord, open_ops: list[OpState]) -> None:

@@ -154,6 +154,8 @@ class RankModel:
         ops: op id -> state, of the ops kept, in program order.
         n_ops: ops seen, a checkpoint's earlier ones included (the next op's index).
         n_records: records fed.
+        n_failed, n_dropped: how many times an op was marked failed, or dropped (0:
+            none of the ops kept is).
         resumed: the trace started at a checkpoint (its earlier history is absent).
     """
 
@@ -168,6 +170,8 @@ class RankModel:
         self.ops.clear()
         self.n_ops = 0
         self.n_records = 0
+        self.n_failed = 0  # errors and drops marked on ops (a gate for reading them)
+        self.n_dropped = 0
         self.resumed = False
         self.waits: dict[int, int] = {}  # open wait id -> op id
         self.open_calls: dict[int, None] = {}  # op / wait ids entered, not returned, in order
@@ -272,6 +276,7 @@ class RankModel:
                     if target.done:
                         sink.undone(target)
                     target.error = rec.err
+                    self.n_failed += 1
                     target.cached = None
                 elif rec.src is None and target.issued and not target.completed:
                     target.completed = True  # the common case: a wait returned
@@ -302,6 +307,7 @@ class RankModel:
                 target = ops.get(rec.id)
                 if target is not None and not target.completed:
                     target.dropped = True
+                    self.n_dropped += 1
                     target.cached = None
             elif kind is StateRecord:
                 if TYPE_CHECKING:
@@ -360,6 +366,7 @@ class RankModel:
         op = st.rec
         if err:
             st.error = err
+            self.n_failed += 1
         elif op.eager or (not op.is_async and op.op in _COMPLETE_ON_RETURN):
             st.completed = True  # an eager send completes on issue
         if not was and st.done:

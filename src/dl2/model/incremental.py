@@ -43,7 +43,7 @@ from dl2.trace.stream import stream_session
 DEFAULT_WINDOW = 200_000
 
 
-@dataclass
+@dataclass(slots=True)
 class _File:
     """A trace file fed to the model: its header, and its rank model if it is the rank's."""
 
@@ -96,12 +96,18 @@ class Model:
         rank_model = entry.rank_model
         if rank_model is not None and records:
             rank_model.feed(records)
-            if rank_model.may_wait():
+            # may_wait(), its commonest answers first: inside a call, or neither inside
+            # one nor seen by its watchdog
+            if rank_model.ended is None and (
+                rank_model.open_calls
+                or (rank_model.last_state is not None and rank_model.may_wait())
+            ):
                 self.waiting.add(rank_model.rank)
             else:
                 self.waiting.discard(rank_model.rank)
-            if self.window is not None and self.matcher.retained > self.window:
-                self.matcher.fold(self.window)
+            window = self.window
+            if window is not None and self.matcher.retained > window:
+                self.matcher.fold(window)
         self.version += 1
 
     def _open(self, key: str, header: Header) -> _File:

@@ -159,6 +159,27 @@ class RankModel:
         resumed: the trace started at a checkpoint (its earlier history is absent).
     """
 
+    __slots__ = (
+        "activity_at",
+        "ended",
+        "last_state",
+        "n_dropped",
+        "n_failed",
+        "n_ops",
+        "n_records",
+        "newgroups",
+        "nonmember",
+        "open_calls",
+        "ops",
+        "rank",
+        "resumed",
+        "sink",
+        "state_at",
+        "store_calls",
+        "store_keys",
+        "waits",
+    )
+
     def __init__(self, rank: int, sink: Sink) -> None:
         self.rank = rank
         self.sink = sink

@@ -35,6 +35,7 @@ from dl2.model.rank_state import OpState
 from dl2.model.rank_state import RankModel
 from dl2.trace.format import RankTrace
 from dl2.trace.schema.decode import Header
+from dl2.trace.schema.decode import OpRecord
 from dl2.trace.session import Session
 from dl2.trace.stream import CHUNK_BYTES
 from dl2.trace.stream import stream_session
@@ -102,6 +103,36 @@ class Model:
                 rank_model.open_calls
                 or (rank_model.last_state is not None and rank_model.may_wait())
             ):
+                self.waiting.add(rank_model.rank)
+            else:
+                self.waiting.discard(rank_model.rank)
+            window = self.window
+            if window is not None and self.matcher.retained > window:
+                self.matcher.fold(window)
+        self.version += 1
+
+    def feed_calls(
+        self, key: str, header: Header, ops: Sequence[OpRecord], wait_ids: Sequence[int]
+    ) -> None:
+        """Blocking calls that follow the records fed so far of the file ``key``: one
+        call per op instead of its four records (for a reader that recognises them).
+
+        ``ops[k]`` and ``wait_ids[k]`` stand for four consecutive records of the file:
+        the op record ``ops[k]``; a ``ret`` of it without ``err``; a ``wait`` with id
+        ``wait_ids[k]`` whose ``work`` is the op's id; and a ``ret`` of that wait with
+        neither ``err`` nor ``src``.  The outcome is that of :meth:`feed` of those four
+        records, times, threads and stacks aside, which the model does not read of a
+        ``ret`` or a ``wait`` (an op that is not a plain blocking call, an eager send
+        say, is taken record by record).  Calls and other records may be fed in any
+        alternation, in file order; ``truncated`` stays as the last :meth:`feed` set it.
+        """
+        entry = self._files.get(key)
+        if entry is None:
+            entry = self._open(key, header)
+        rank_model = entry.rank_model
+        if rank_model is not None and ops:
+            rank_model.feed_calls(ops, wait_ids)
+            if rank_model.may_wait():
                 self.waiting.add(rank_model.rank)
             else:
                 self.waiting.discard(rank_model.rank)

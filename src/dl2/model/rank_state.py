@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Protocol
 
@@ -232,7 +233,7 @@ class RankModel:
         active = self.activity_at
         complete_on_return = _COMPLETE_ON_RETURN
         n = len(records)
-        last = n - 3  # a unit of 4 records starts before this
+        last = n - 2  # the op of a unit of 4 records lies before this
         i = 0
         while i < n:
             rec = records[i]
@@ -367,6 +368,44 @@ class RankModel:
         self.n_records = at
         self.n_ops = n_ops
         self.activity_at = active
+
+    def feed_calls(self, ops: Sequence[OpRecord], wait_ids: Sequence[int]) -> None:
+        """Blocking calls that follow the records fed so far: ``ops[k]`` and
+        ``wait_ids[k]`` stand for the four records ``op``, ``ret`` of it (no ``err``),
+        ``wait`` (id ``wait_ids[k]``, on it), ``ret`` of the wait (no ``err``, no
+        ``src``), with the outcome of :meth:`feed` of those records (their times, threads
+        and stacks are not read)."""
+        waits = self.waits
+        calls = self.open_calls
+        model_ops = self.ops
+        add_done = self.sink.add_done
+        rank = self.rank
+        complete_on_return = _COMPLETE_ON_RETURN
+        for rec, wait_id in zip(ops, wait_ids, strict=True):
+            rid = rec.id
+            if rec.eager or rec.op in complete_on_return or rid in waits:
+                # not a plain blocking call: its records, one by one
+                self.feed(
+                    (
+                        rec,
+                        RetRecord(id=rid),
+                        WaitRecord(id=wait_id, work=rid),
+                        RetRecord(id=wait_id),
+                    )
+                )
+                continue
+            if calls:
+                calls.pop(rid, None)
+                calls.pop(wait_id, None)
+            if waits:
+                waits.pop(wait_id, None)
+            n_ops = self.n_ops
+            self.n_ops = n_ops + 1
+            st = OpState(rec, rank, n_ops, -1, True, True, None, None, n_ops + 1)
+            model_ops[rid] = st
+            self.activity_at = self.n_records + 3
+            self.n_records += 4
+            add_done(st)
 
     def _store_set(self, rec: StoreRecord) -> None:
         """A store call that sets keys (set, add, ...): they exist from now on."""

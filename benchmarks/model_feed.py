@@ -114,6 +114,45 @@ def chunks(rank: int, world: int, ops: int, size: int) -> Iterator[list[object]]
         yield chunk
 
 
+def as_calls(chunk: list[object]) -> list[tuple[list[object], list[int]] | list[object]]:
+    """A chunk as pieces for :meth:`Model.feed_calls` (``(ops, wait ids)``: each
+    blocking call of four records) and :meth:`Model.feed` (the other records)."""
+    from dl2.trace.schema.decode import OpRecord
+    from dl2.trace.schema.decode import RetRecord
+    from dl2.trace.schema.decode import WaitRecord
+
+    pieces: list[tuple[list[object], list[int]] | list[object]] = []
+    ops: list[object] = []
+    waits: list[int] = []
+    other: list[object] = []
+    i = 0
+    while i < len(chunk):
+        rec, unit = chunk[i], chunk[i : i + 4]
+        if (
+            type(rec) is OpRecord
+            and len(unit) == 4
+            and type(unit[1]) is RetRecord
+            and type(unit[2]) is WaitRecord
+            and type(unit[3]) is RetRecord
+            and unit[3].err is None  # type: ignore[attr-defined]
+            and unit[3].src is None  # type: ignore[attr-defined]
+        ):
+            if other:
+                pieces.append(other)
+                other = []
+            ops.append(rec)
+            waits.append(unit[2].id)  # type: ignore[attr-defined]
+            i += 4
+            continue
+        if ops:
+            pieces.append((ops, waits))
+            ops, waits = [], []
+        other.append(rec)
+        i += 1
+    pieces.append((ops, waits) if ops else other)
+    return pieces
+
+
 def check_records() -> None:
     """The records built here are those the test builders write, read back."""
     sys.path.insert(0, str(REPO / "tests"))
@@ -130,7 +169,7 @@ def check_records() -> None:
         assert built == expected, (rank, built[:4], expected[:4])
 
 
-def one_run(world: int, ops: int, window: int | None) -> dict[str, object]:
+def one_run(world: int, ops: int, window: int | None, calls: bool = False) -> dict[str, object]:
     """Feed and analyse one shape in this process; the figures as a dict."""
     import resource
 
@@ -153,6 +192,7 @@ def one_run(world: int, ops: int, window: int | None) -> dict[str, object]:
     size = _chunk(world)
     streams = [chunks(r, world, ops, size) for r in range(world)]
     feed = model.feed
+    feed_calls = model.feed_calls
     clock = time.process_time
     fed = 0.0
     records = 0
@@ -163,11 +203,24 @@ def one_run(world: int, ops: int, window: int | None) -> dict[str, object]:
             chunk = next(streams[r], None)
             built.append((r, chunk))
         reading = [r for r, c in built if c is not None]
+        records += sum(len(c) for _, c in built if c is not None)
+        if calls:
+            pieces = [(r, as_calls(c) if c is not None else [[]]) for r, c in built]
+            del built
+            started = clock()
+            for r, parts in pieces:
+                for part in parts:
+                    if type(part) is tuple:
+                        feed_calls(keys[r], headers[r], part[0], part[1])
+                    else:
+                        feed(keys[r], headers[r], part, None)
+            fed += clock() - started
+            del pieces
+            continue
         started = clock()
         for r, chunk in built:
             feed(keys[r], headers[r], chunk if chunk is not None else [], None)
         fed += clock() - started
-        records += sum(len(c) for _, c in built if c is not None)
         del built
     started = clock()
     session = build_session([RankTrace(keys[r], headers[r], ()) for r in range(world)], {})
@@ -190,13 +243,24 @@ def one_run(world: int, ops: int, window: int | None) -> dict[str, object]:
     }
 
 
-def _run(world: int, ops: int, window: int | None, src: str | None) -> dict[str, object]:
+def _run(
+    world: int, ops: int, window: int | None, src: str | None, calls: bool = False
+) -> dict[str, object]:
     """One run in a fresh process (``src``: import dl2 from this source tree instead)."""
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join([src, str(REPO)])
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.model_feed", "--one", str(world), str(ops), str(window)],
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.model_feed",
+            "--one",
+            str(world),
+            str(ops),
+            str(window),
+            *(["calls"] if calls else []),
+        ],
         capture_output=True,
         text=True,
         timeout=3600,
@@ -210,15 +274,28 @@ def _run(world: int, ops: int, window: int | None, src: str | None) -> dict[str,
 
 def _summary(results: list[dict[str, object]]) -> dict[str, object]:
     records = int(results[0]["records"])  # type: ignore[call-overload]
-    totals = [float(r["feed_s"]) + float(r["analysis_s"]) for r in results]  # type: ignore[arg-type]
+    # feed and analyze(); rendering the report (text and JSON) is given apart
+    totals = [
+        float(r["feed_s"]) + float(r["analysis_s"]) - float(r["render_s"])  # type: ignore[arg-type]
+        for r in results
+    ]
     rates = sorted(records / t for t in totals)
+    rendered = sorted(
+        records / (float(r["feed_s"]) + float(r["analysis_s"]))  # type: ignore[arg-type]
+        for r in results
+    )
     feed_rates = sorted(records / float(r["feed_s"]) for r in results)  # type: ignore[arg-type]
     return {
         "records_per_cpu_s": round(statistics.median(rates)),
         "rate_min_max": [round(rates[0]), round(rates[-1])],
         "feed_records_per_cpu_s": round(statistics.median(feed_rates)),
+        "with_render_records_per_cpu_s": round(statistics.median(rendered)),
         "feed_s": round(statistics.median(float(r["feed_s"]) for r in results), 2),  # type: ignore[arg-type]
-        "analysis_s": round(statistics.median(float(r["analysis_s"]) for r in results), 3),  # type: ignore[arg-type]
+        "analyze_s": round(
+            statistics.median(float(r["analysis_s"]) - float(r["render_s"]) for r in results),  # type: ignore[arg-type]
+            3,
+        ),
+        "render_s": round(statistics.median(float(r["render_s"]) for r in results), 3),  # type: ignore[arg-type]
         "peak_rss_mib": round(max(float(r["peak_rss_mib"]) for r in results)),  # type: ignore[arg-type]
         "verdict": results[0]["verdict"],
         "cycle": results[0]["cycle"],
@@ -226,7 +303,7 @@ def _summary(results: list[dict[str, object]]) -> dict[str, object]:
 
 
 def measure(
-    world: int, ops: int, window: int | None, runs: int, before: str | None
+    world: int, ops: int, window: int | None, runs: int, before: str | None, calls: bool = False
 ) -> dict[str, object]:
     """``runs`` fresh processes of one shape: medians and spreads; with ``before`` (a
     source tree), each run of this tree follows one of that tree, and the ratios are
@@ -236,7 +313,7 @@ def measure(
     for _ in range(runs):
         if before is not None:
             theirs.append(_run(world, ops, window, before))
-        mine.append(_run(world, ops, window, None))
+        mine.append(_run(world, ops, window, None, calls))
     row: dict[str, object] = {
         "ranks": world,
         "ops_per_rank": ops,
@@ -264,7 +341,8 @@ def _option(argv: list[str], name: str) -> str | None:
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--one"]:
         world, ops, window = int(argv[1]), int(argv[2]), argv[3]
-        row = one_run(world, ops, None if window == "None" else int(window))
+        calls = argv[4:5] == ["calls"]
+        row = one_run(world, ops, None if window == "None" else int(window), calls)
         print(json.dumps(row), flush=True)
         return 0
     from dl2.model.incremental import DEFAULT_WINDOW
@@ -281,12 +359,13 @@ def main(argv: list[str]) -> int:
     worlds = [int(n) for n in world.split(",")] if world else [1024 if quick else 8192]
     print("== model_feed: typed records in memory -> Model.feed -> analyze -> report")
     before = _option(argv, "before")
+    calls = _option(argv, "entry") == "calls"
     for ops in histories:
         if ops:
-            measure(8, ops, window, runs, before)
+            measure(8, ops, window, runs, before, calls)
     for size in worlds:
         if size:
-            measure(size, 100, window, runs, before)
+            measure(size, 100, window, runs, before, calls)
     return 0
 
 

@@ -244,6 +244,12 @@ class ExecutionGraph:
             return ()
         return tuple(st.op() for st in model.ops.values() if st.dropped)
 
+    def issued(self, rank: int, op: str) -> bool:
+        """Whether the rank issued an op named ``op`` among those kept (no op is built)."""
+        self.check()
+        model = self._model.rank_model(rank)
+        return model is not None and any(st.rec.op == op for st in model.ops.values())
+
     def p2p_ops(self, rank: int) -> tuple[Op, ...]:
         """The rank's sends and receives, in program order."""
         self.check()

@@ -61,6 +61,8 @@ class _Slot(msgspec.Struct, gc=False):
     #: the ops may disagree: one was recorded otherwise than ``first``, or ``first`` is
     #: an all_to_all, whose sizes are always checked (never reset: a superset)
     varied: bool = False
+    #: the matcher's epoch when the slot was queued, finished (see ``Matcher._epoch``)
+    epoch: int = -1
 
 
 def _differs(rec: OpRecord, first: OpRecord | None) -> bool:
@@ -108,6 +110,10 @@ class Matcher:
         self._queue: deque[_Slot | Link] = deque()
         self._members: dict[str, tuple[int, ...]] = {}
         self._member_sets: dict[str, frozenset[int]] = {}
+        # bumped whenever members or checkpoint bases may change, and when a rank's ops
+        # leave the slots: a slot queued as finished in the current epoch, with as many
+        # ops done as it holds, is still finished (its members are all there)
+        self._epoch = 0
 
     # -- groups ------------------------------------------------------------------------
 
@@ -143,6 +149,7 @@ class Matcher:
 
     def _forget_members(self, gid: str | None = None) -> None:
         """The members of ``gid`` (None: of every group) may have changed."""
+        self._epoch += 1
         if gid is None:
             self._members.clear()
             self._member_sets.clear()
@@ -249,6 +256,7 @@ class Matcher:
             return  # not every member issued it yet
         if self._finished(slot):
             slot.queued = True
+            slot.epoch = self._epoch
             self._queue.append(slot)
 
     def done(self, st: OpState) -> None:
@@ -275,6 +283,7 @@ class Matcher:
             return  # not every member issued it yet
         if self._finished(slot):
             slot.queued = True
+            slot.epoch = self._epoch
             self._queue.append(slot)
 
     def resolved(self, st: OpState) -> None:
@@ -327,7 +336,10 @@ class Matcher:
         group = self.slots.get(slot.gid)
         if group is None or group.get(slot.pos) is not slot:
             return
-        if not self._finished(slot) or self._mismatched(slot):
+        fresh = slot.epoch == self._epoch and slot.done == len(slot.ops)
+        if not fresh and not self._finished(slot):
+            return
+        if slot.varied and self._mismatched(slot):
             return
         del group[slot.pos]
         if not group:

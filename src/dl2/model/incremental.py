@@ -235,5 +235,5 @@ def stream_run(
         NoDataError, TraceFormatError: as :func:`dl2.trace.session.load_session`.
     """
     model = Model(window=window)
-    session = stream_session(run_dir, model.feed, model.forget, chunk_bytes)
+    session = stream_session(run_dir, model.feed, model.forget, chunk_bytes, model.feed_calls)
     return session, model.graph()

@@ -93,7 +93,8 @@ class SegmentDecoder:
             lost to a corrupt line); the caller reports them.
     """
 
-    def __init__(self, header: Header) -> None:
+    def __init__(self, header: Header, calls: bool = False) -> None:
+        self.calls = calls
         self.t0 = header.t0
         self.me = header.rank
         self.notes: list[str] = []
@@ -133,6 +134,11 @@ class SegmentDecoder:
         """The records of ``lines`` (complete lines, in file order, without newlines)
         and the lines that could not be read or resolved, as (index, error) (a ``b``
         line gives two records, a ``k`` line three, a definition none).
+
+        With ``calls``, a blocking call written as its op line and a ``k`` line right
+        after it comes back as one item, the tuple ``(op record, wait id)``: it stands
+        for the op, its ``ret``, the ``wait`` on it and the wait's ``ret`` (see
+        :meth:`dl2.model.incremental.Model.feed_calls`).
 
         The two lines of a blocking op (``o``, ``k``) are resolved inline: they are
         nearly every line of a long trace.
@@ -182,6 +188,13 @@ class SegmentDecoder:
                     self._last = wid
                     if wid >= self._next_id:
                         self._next_id = wid + 1
+                    if self.calls and out:
+                        issued = out[-1]
+                        if type(issued) is OpRecord and issued.id == oid:
+                            # the op, its ret, the wait on it and the wait's ret: one call
+                            out[-1] = (issued, wid)  # type: ignore[call-overload]
+                            self._us = us + item.dt_ret  # type: ignore[union-attr]
+                            continue
                     append(RetRecord(id=oid, t=t))
                     append(WaitRecord(id=wid, t=t, tid=self._last_tid, work=oid, stack=stack))
                     us += item.dt_ret  # type: ignore[union-attr]

@@ -105,6 +105,7 @@ class Matcher:
         self.store_keys: dict[str, set[int]] = {}
         self._created: dict[str, dict[int, tuple[int, ...]]] = {}  # gid -> rank -> members
         self._sorted: dict[int, tuple[Any, tuple[int, ...]]] = {}  # id(ranks) -> (ranks, sorted)
+        self._top: dict[str, int] = {}  # gid -> the highest rank that created it
         self._issued: dict[str, dict[int, int]] = {}  # gid -> rank -> next position
         self._bases: dict[str, dict[int, int]] = {}  # gid -> resumed rank -> its first position
         self.channels = Channels()
@@ -141,7 +142,10 @@ class Matcher:
         if found is None:
             created = self._created.get(gid)
             if created:
-                found = created[max(created)]
+                top = self._top.get(gid)
+                if top is None or top not in created:
+                    top = self._top[gid] = max(created)
+                found = created[top]
             elif gid == "0":
                 found = self._world
             else:
@@ -166,8 +170,18 @@ class Matcher:
             known = self._sorted.get(id(ranks))
             if known is None or known[0] is not ranks:
                 known = self._sorted[id(ranks)] = (ranks, tuple(sorted(ranks)))
-            self._created.setdefault(gid, {})[rank] = known[1]
-            self._forget_members(gid)
+            by_rank = self._created.setdefault(gid, {})
+            by_rank[rank] = known[1]
+            top = self._top.get(gid)
+            if top is None:
+                top = max(by_rank)
+            elif rank > top:
+                top = rank
+            self._top[gid] = top
+            # members are the top creator's: unchanged (the same tuple) costs nothing,
+            # so W ranks creating the world group cost O(W), not O(W^2)
+            if top == rank and self._members.get(gid) is not known[1]:
+                self._forget_members(gid)
 
     # -- ops arriving ------------------------------------------------------------------
 
@@ -385,6 +399,7 @@ class Matcher:
         for per_group in (self._issued, self._bases, self._created):
             for by_rank in per_group.values():
                 by_rank.pop(rank, None)  # type: ignore[attr-defined]
+        self._top.clear()
         for creators in self.creators.values():
             creators.discard(rank)
         for setters in self.store_keys.values():

@@ -27,6 +27,7 @@ SUITES = {
     "scale": "benchmarks.scale",
     "model": "benchmarks.model_scale",
     "tracesize": "benchmarks.trace_size",
+    "model_feed": "benchmarks.model_feed",
 }
 #: options a suite gets when it runs as part of the whole benchmark (no suite named)
 FULL_RUN_OPTIONS = {"eval": ["--anchors"]}

@@ -6,7 +6,8 @@
   (slots, collective positions, P2P partners, groups, creators, wait-for graph over
   every rank), and that the recorded ``seq`` of each collective is its position;
 * fed records one at a time and in random chunks, ranks interleaved at random, it
-  builds the same timelines, matches, wait-for graph, cycle and report;
+  builds the same timelines, matches, wait-for graph, cycle and report, and so it does
+  fed each blocking call in one call (:meth:`Model.feed_calls`);
 * with a window of 0 (every finished unit folded at once), it finds the same deadlock
   set, cycle, blocked ranks and findings (all but the whole-history ones: prediction
   and fusion, which say instead that they were skipped);
@@ -33,7 +34,10 @@ from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.report import FindingKind
 from dl2.report import Report
+from dl2.trace.schema.decode import OpRecord
+from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.session import Session
 from model_oracle import oracle_graph
 from model_oracle import oracle_wait_for
@@ -69,6 +73,52 @@ def feed(session: Session, rng: random.Random | None, window: int | None = None)
     model = Model(window=window)
     for trace, records, last in chunks(session, rng, 7):
         model.feed(trace.path, trace.header, records, trace.truncated if last else None)
+    return model
+
+
+def feed_calls(session: Session) -> Model:
+    """The model fed each trace whole, each blocking call (op, its ret, a wait on it,
+    the wait's ret, without err or src) through :meth:`Model.feed_calls` and the other
+    records through :meth:`Model.feed`, in file order, as a reader that recognises
+    blocking calls would."""
+    model = Model(window=None)
+    for trace in session.traces.values():
+        records = trace.records
+        other: list[Any] = []
+        ops: list[OpRecord] = []
+        waits: list[int] = []
+        i = 0
+        while i < len(records):
+            rec = records[i]
+            unit = records[i : i + 4]
+            if (
+                isinstance(rec, OpRecord)
+                and len(unit) == 4
+                and isinstance(unit[1], RetRecord)
+                and unit[1].id == rec.id
+                and unit[1].err is None
+                and isinstance(unit[2], WaitRecord)
+                and unit[2].work == rec.id
+                and isinstance(unit[3], RetRecord)
+                and unit[3].id == unit[2].id
+                and unit[3].err is None
+                and unit[3].src is None
+            ):
+                if other:
+                    model.feed(trace.path, trace.header, other)
+                    other = []
+                ops.append(rec)
+                waits.append(unit[2].id)
+                i += 4
+                continue
+            if ops:
+                model.feed_calls(trace.path, trace.header, ops, waits)
+                ops, waits = [], []
+            other.append(rec)
+            i += 1
+        if ops:
+            model.feed_calls(trace.path, trace.header, ops, waits)
+        model.feed(trace.path, trace.header, other, trace.truncated)
     return model
 
 
@@ -115,6 +165,12 @@ def check_agreement(session: Session, seed: int = 0) -> None:
         assert matches(graph) == matches(oracle)
         assert wait_for_state(build_wait_for_graph(session, graph)) == state
         assert _report(session, graph) == expected
+    # blocking calls fed one call each: the same graphs and report
+    graph = feed_calls(session).graph()
+    assert {r: graph.timelines[r] for r in graph.timelines} == timelines
+    assert matches(graph) == matches(oracle)
+    assert wait_for_state(build_wait_for_graph(session, graph)) == state
+    assert _report(session, graph) == expected
     # folded as soon as possible: the same verdict on the blocked ranks
     folded = feed(session, random.Random(seed + 2), window=0).graph()
     folded_wfg = build_wait_for_graph(session, folded)

@@ -172,7 +172,11 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
             for c in wfg.nodes[r].clauses
             if (n := _p2p_explanation(graph, wfg, c)) is not None
         ]
-        parts = [f"rank {o.rank} is blocked in {phrase(o)} ({where(o)})" for o in ops]
+        refs = [op_ref(o) for o in ops]  # each op's ref built once (where() builds one)
+        parts = [
+            f"rank {o.rank} is blocked in {phrase(o)} ({ref.location})"
+            for o, ref in zip(ops, refs, strict=True)
+        ]
         head = (
             f"{rank_list(cycle).capitalize()} wait on each other forever"
             if len(cycle) > 1
@@ -200,7 +204,7 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
             Finding(
                 kind=FindingKind.DEADLOCK,
                 ranks=tuple(members),
-                ops=tuple(op_ref(o) for o in ops),
+                ops=tuple(refs),
                 message=message,
                 hint=_hint(ops, notes),
                 cycle=cycle,

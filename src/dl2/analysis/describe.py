@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
+from dl2.ranks import ranks_phrase
 from dl2.report import OpRef
 from dl2.report import store_call
 
@@ -52,11 +53,8 @@ def phrase(op: Op) -> str:
 
 
 def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
-    """``rank 3`` / ``ranks 0 and 1`` / ``ranks 0, 1 and 2``."""
-    items = [str(r) for r in sorted(ranks)]
-    if len(items) == 1:
-        return f"rank {items[0]}"
-    return "ranks " + ", ".join(items[:-1]) + " and " + items[-1]
+    """``rank 3`` / ``ranks 0 and 1`` / ``ranks 0, 1 and 2`` / ``ranks 2-8191``."""
+    return ranks_phrase(ranks)
 
 
 def history_gap(graph: ExecutionGraph) -> str | None:

@@ -52,7 +52,8 @@ def unwaited_work_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Fin
     for rank in sorted(graph.timelines):
         timeline = graph.timelines[rank]
         ended = timeline.ended is not None or wfg.status(rank) is RankStatus.EXITED
-        ops = timeline.ops if ended else tuple(op for op in timeline.ops if op.dropped)
+        # a rank still running: only its dropped works (not every op it kept built)
+        ops = timeline.ops if ended else graph.dropped_ops(rank)
         if not ops:
             continue
         settled_batches = {op.batch for op in ops if op.batch is not None and _settled(op)}

@@ -28,6 +28,7 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.incremental import Model
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
+from dl2.ranks import rank_runs
 from dl2.trace.format import RankTrace
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
@@ -165,4 +166,4 @@ class DeadlockProof:
 def ranks_text(ranks: Any) -> str:
     """``rank 3`` or ``ranks 0,1``: the monitor's short form of a set of ranks."""
     items = sorted(int(r) for r in ranks)
-    return ("rank " if len(items) == 1 else "ranks ") + ",".join(map(str, items))
+    return ("rank " if len(items) == 1 else "ranks ") + ",".join(rank_runs(items))

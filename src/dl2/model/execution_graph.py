@@ -16,7 +16,6 @@ in the size of the world.  Reading a view after its model was fed more records r
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -80,6 +79,7 @@ def signature_fields(op: Signed) -> dict[str, object]:
     return fields
 
 
+_P2P_OPS = frozenset({"send", "recv"})
 EXCHANGE_OPS = frozenset({"all_to_all", "all_to_all_single"})
 
 
@@ -230,16 +230,33 @@ class ExecutionGraph:
 
     def failed_ops(self, rank: int) -> tuple[Op, ...]:
         """The rank's ops that raised, in program order."""
-        return self._ops(rank, lambda st: st.error is not None)
+        self.check()
+        model = self._model.rank_model(rank)
+        if model is None or not model.n_failed:
+            return ()
+        return tuple(st.op() for st in model.ops.values() if st.error is not None)
+
+    def dropped_ops(self, rank: int) -> tuple[Op, ...]:
+        """The rank's ops whose work it dropped (``Op.dropped``), in program order."""
+        self.check()
+        model = self._model.rank_model(rank)
+        if model is None or not model.n_dropped:
+            return ()
+        return tuple(st.op() for st in model.ops.values() if st.dropped)
+
+    def issued(self, rank: int, op: str) -> bool:
+        """Whether the rank issued an op named ``op`` among those kept (no op is built)."""
+        self.check()
+        model = self._model.rank_model(rank)
+        return model is not None and any(st.rec.op == op for st in model.ops.values())
 
     def p2p_ops(self, rank: int) -> tuple[Op, ...]:
         """The rank's sends and receives, in program order."""
-        return self._ops(rank, lambda st: st.rec.op in ("send", "recv"))
-
-    def _ops(self, rank: int, keep: Callable[[OpState], bool]) -> tuple[Op, ...]:
         self.check()
         model = self._model.rank_model(rank)
-        return tuple(st.op() for st in model.ops.values() if keep(st)) if model else ()
+        if model is None or rank not in self._model.matcher.p2p_ranks:
+            return ()
+        return tuple(st.op() for st in model.ops.values() if st.rec.op in _P2P_OPS)
 
     def group_members(self, gid: str) -> tuple[int, ...]:
         """The members of a group; a group no trace created is taken as the world."""

@@ -35,6 +35,7 @@ from dl2.model.rank_state import OpState
 from dl2.model.rank_state import RankModel
 from dl2.trace.format import RankTrace
 from dl2.trace.schema.decode import Header
+from dl2.trace.schema.decode import OpRecord
 from dl2.trace.session import Session
 from dl2.trace.stream import CHUNK_BYTES
 from dl2.trace.stream import stream_session
@@ -43,7 +44,7 @@ from dl2.trace.stream import stream_session
 DEFAULT_WINDOW = 200_000
 
 
-@dataclass
+@dataclass(slots=True)
 class _File:
     """A trace file fed to the model: its header, and its rank model if it is the rank's."""
 
@@ -66,7 +67,8 @@ class Model:
     def __init__(self, window: int | None = DEFAULT_WINDOW) -> None:
         self.window = window
         self.version = 0
-        self.matcher = Matcher(self._drop)
+        self._kept: dict[int, dict[int, OpState]] = {}  # rank -> its model's ops
+        self.matcher = Matcher(self._kept)
         self.waiting: set[int] = set()
         self._files: dict[str, _File] = {}
         self._ranks: dict[int, str] = {}  # rank -> the key of its file
@@ -95,12 +97,48 @@ class Model:
         rank_model = entry.rank_model
         if rank_model is not None and records:
             rank_model.feed(records)
+            # may_wait(), its commonest answers first: inside a call, or neither inside
+            # one nor seen by its watchdog
+            if rank_model.ended is None and (
+                rank_model.open_calls
+                or (rank_model.last_state is not None and rank_model.may_wait())
+            ):
+                self.waiting.add(rank_model.rank)
+            else:
+                self.waiting.discard(rank_model.rank)
+            window = self.window
+            if window is not None and self.matcher.retained > window:
+                self.matcher.fold(window)
+        self.version += 1
+
+    def feed_calls(
+        self, key: str, header: Header, ops: Sequence[OpRecord], wait_ids: Sequence[int]
+    ) -> None:
+        """Blocking calls that follow the records fed so far of the file ``key``: one
+        call per op instead of its four records (for a reader that recognises them).
+
+        ``ops[k]`` and ``wait_ids[k]`` stand for four consecutive records of the file:
+        the op record ``ops[k]``; a ``ret`` of it without ``err``; a ``wait`` with id
+        ``wait_ids[k]`` whose ``work`` is the op's id; and a ``ret`` of that wait with
+        neither ``err`` nor ``src``.  The outcome is that of :meth:`feed` of those four
+        records, times, threads and stacks aside, which the model does not read of a
+        ``ret`` or a ``wait`` (an op that is not a plain blocking call, an eager send
+        say, is taken record by record).  Calls and other records may be fed in any
+        alternation, in file order; ``truncated`` stays as the last :meth:`feed` set it.
+        """
+        entry = self._files.get(key)
+        if entry is None:
+            entry = self._open(key, header)
+        rank_model = entry.rank_model
+        if rank_model is not None and ops:
+            rank_model.feed_calls(ops, wait_ids)
             if rank_model.may_wait():
                 self.waiting.add(rank_model.rank)
             else:
                 self.waiting.discard(rank_model.rank)
-            if self.window is not None and self.matcher.retained > self.window:
-                self.matcher.fold(self.window)
+            window = self.window
+            if window is not None and self.matcher.retained > window:
+                self.matcher.fold(window)
         self.version += 1
 
     def _open(self, key: str, header: Header) -> _File:
@@ -112,6 +150,7 @@ class Model:
             if current is not None:
                 self._leave(current)
             entry.rank_model = self._models[rank] = RankModel(rank, self.matcher)
+            self._kept[rank] = entry.rank_model.ops
             self._ranks[rank] = key
             if current is not None or header.world_size > self.world_size:
                 self._sizes()
@@ -136,14 +175,12 @@ class Model:
             self.waiting.discard(rank)
             entry.rank_model = None
             del self._models[rank]
+            del self._kept[rank]
 
     def _sizes(self) -> None:
         heads = (self._files[k].header.world_size for k in self._ranks.values())
         self.world_size = max(heads, default=0)
         self.matcher.set_world(self.world_size)
-
-    def _drop(self, st: OpState) -> None:
-        self._models[st.rank].ops.pop(st.rec.id, None)
 
     # -- reading -----------------------------------------------------------------------
 
@@ -198,5 +235,5 @@ def stream_run(
         NoDataError, TraceFormatError: as :func:`dl2.trace.session.load_session`.
     """
     model = Model(window=window)
-    session = stream_session(run_dir, model.feed, model.forget, chunk_bytes)
+    session = stream_session(run_dir, model.feed, model.forget, chunk_bytes, model.feed_calls)
     return session, model.graph()

@@ -25,7 +25,6 @@ it before the checkpoint, and is not missing it.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from collections.abc import Iterable
 from typing import Any
 
@@ -42,8 +41,11 @@ from dl2.model.program import WILD
 from dl2.model.program import Channel
 from dl2.model.program import Mailbox
 from dl2.model.rank_state import OpState
+from dl2.trace.schema.decode import OpRecord
 
 _P2P = ("send", "recv")
+#: ops that take no collective slot
+_UNSLOTTED = frozenset({"send", "recv", "create_group"})
 
 
 class _Slot(msgspec.Struct, gc=False):
@@ -55,13 +57,33 @@ class _Slot(msgspec.Struct, gc=False):
     ops: dict[int, OpState] = msgspec.field(default_factory=dict)
     done: int = 0
     queued: bool = False
+    #: the record of the first op placed here, which every later one is compared with
+    first: OpRecord | None = None
+    #: the ops may disagree: one was recorded otherwise than ``first``, or ``first`` is
+    #: an all_to_all, whose sizes are always checked (never reset: a superset)
+    varied: bool = False
+    #: the matcher's epoch when the slot was queued, finished (see ``Matcher._epoch``)
+    epoch: int = -1
+
+
+def _differs(rec: OpRecord, first: OpRecord | None) -> bool:
+    """Whether a collective's record differs from ``first`` in what matching compares."""
+    return first is None or (
+        rec.op != first.op
+        or rec.dtype != first.dtype
+        or rec.count != first.count
+        or rec.redop != first.redop
+        or rec.root != first.root
+        or rec.splits != first.splits
+    )
 
 
 class Matcher:
     """Matches every rank's ops as they arrive (see the module docstring).
 
     Args:
-        drop: called with each op folded away (its rank model forgets it).
+        kept: rank -> its ops kept (op id -> state, the rank model's ``ops``), which
+            the model fills as ranks come and go; a folded op is removed from it.
 
     Attributes:
         slots: group -> position -> the collective slot kept there.
@@ -72,8 +94,8 @@ class Matcher:
         folded: ops folded away.
     """
 
-    def __init__(self, drop: Callable[[OpState], None]) -> None:
-        self._drop = drop
+    def __init__(self, kept: dict[int, dict[int, OpState]]) -> None:
+        self._kept = kept
         self.world_size = 0
         self._world: tuple[int, ...] = ()
         self.retained = 0
@@ -83,12 +105,18 @@ class Matcher:
         self.store_keys: dict[str, set[int]] = {}
         self._created: dict[str, dict[int, tuple[int, ...]]] = {}  # gid -> rank -> members
         self._sorted: dict[int, tuple[Any, tuple[int, ...]]] = {}  # id(ranks) -> (ranks, sorted)
+        self._top: dict[str, int] = {}  # gid -> the highest rank that created it
         self._issued: dict[str, dict[int, int]] = {}  # gid -> rank -> next position
         self._bases: dict[str, dict[int, int]] = {}  # gid -> resumed rank -> its first position
         self.channels = Channels()
+        self.p2p_ranks: set[int] = set()  # the ranks that issued a send or receive
         self._queue: deque[_Slot | Link] = deque()
         self._members: dict[str, tuple[int, ...]] = {}
         self._member_sets: dict[str, frozenset[int]] = {}
+        # bumped whenever members or checkpoint bases may change, and when a rank's ops
+        # leave the slots: a slot queued as finished in the current epoch, with as many
+        # ops done as it holds, is still finished (its members are all there)
+        self._epoch = 0
 
     # -- groups ------------------------------------------------------------------------
 
@@ -114,7 +142,10 @@ class Matcher:
         if found is None:
             created = self._created.get(gid)
             if created:
-                found = created[max(created)]
+                top = self._top.get(gid)
+                if top is None or top not in created:
+                    top = self._top[gid] = max(created)
+                found = created[top]
             elif gid == "0":
                 found = self._world
             else:
@@ -124,6 +155,7 @@ class Matcher:
 
     def _forget_members(self, gid: str | None = None) -> None:
         """The members of ``gid`` (None: of every group) may have changed."""
+        self._epoch += 1
         if gid is None:
             self._members.clear()
             self._member_sets.clear()
@@ -138,8 +170,18 @@ class Matcher:
             known = self._sorted.get(id(ranks))
             if known is None or known[0] is not ranks:
                 known = self._sorted[id(ranks)] = (ranks, tuple(sorted(ranks)))
-            self._created.setdefault(gid, {})[rank] = known[1]
-            self._forget_members(gid)
+            by_rank = self._created.setdefault(gid, {})
+            by_rank[rank] = known[1]
+            top = self._top.get(gid)
+            if top is None:
+                top = max(by_rank)
+            elif rank > top:
+                top = rank
+            self._top[gid] = top
+            # members are the top creator's: unchanged (the same tuple) costs nothing,
+            # so W ranks creating the world group cost O(W), not O(W^2)
+            if top == rank and self._members.get(gid) is not known[1]:
+                self._forget_members(gid)
 
     # -- ops arriving ------------------------------------------------------------------
 
@@ -149,6 +191,7 @@ class Matcher:
         self.retained += 1
         op = rec.op
         if op == "send" or op == "recv":
+            self.p2p_ranks.add(st.rank)
             self.channels.add(st)
             return
         if op == "create_group":
@@ -162,7 +205,11 @@ class Matcher:
             pos = issued.get(rank)
             if pos is None:
                 pos = 0
-                self._forget_members(gid)
+                if gid != "0" and not self._created.get(gid):
+                    # the members of a group no trace created are the ranks that issued
+                    # on it (the world's and a created group's do not change here: forgetting
+                    # them for each new rank cost O(world) each, O(world^2) in all)
+                    self._forget_members(gid)
             issued[rank] = pos + 1
         st.pos = pos
         group = self.slots.get(gid)
@@ -170,8 +217,67 @@ class Matcher:
             group = self.slots[gid] = {}
         slot = group.get(pos)
         if slot is None:
-            slot = group[pos] = _Slot(gid, pos)
+            slot = group[pos] = _Slot(gid, pos, first=rec, varied=op in EXCHANGE_OPS)
+        elif not slot.varied:
+            slot.varied = _differs(rec, slot.first)
         slot.ops[rank] = st
+
+    def add_done(self, st: OpState) -> None:
+        """A new op that is already done (issued and completed without error): what
+        :meth:`add` then :meth:`done` do, in one call for a collective (the hot path of
+        a blocking collective: dictionary subscripts rather than ``get``)."""
+        rec = st.rec
+        op = rec.op
+        if op in _UNSLOTTED:
+            self.add(st)
+            self.done(st)
+            return
+        self.retained += 1
+        gid = rec.gid
+        rank = st.rank
+        try:
+            issued = self._issued[gid]
+            pos = issued[rank]
+        except KeyError:
+            issued = self._issued.setdefault(gid, {})
+            known = issued.get(rank)
+            pos = 0 if known is None else known
+            if known is None and gid != "0" and not self._created.get(gid):
+                self._forget_members(gid)
+        issued[rank] = pos + 1
+        st.pos = pos
+        try:
+            group = self.slots[gid]
+        except KeyError:
+            group = self.slots[gid] = {}
+        slot = group.get(pos)
+        if slot is None:
+            slot = group[pos] = _Slot(gid, pos, {rank: st}, 1, False, rec, op in EXCHANGE_OPS)
+            have = 1
+        else:
+            if not slot.varied:
+                first = slot.first
+                slot.varied = (
+                    rec.op != first.op  # type: ignore[union-attr]
+                    or rec.dtype != first.dtype  # type: ignore[union-attr]
+                    or rec.count != first.count  # type: ignore[union-attr]
+                    or rec.redop != first.redop  # type: ignore[union-attr]
+                    or rec.root != first.root  # type: ignore[union-attr]
+                    or rec.splits != first.splits  # type: ignore[union-attr]
+                )
+            ops = slot.ops
+            ops[rank] = st
+            slot.done += 1
+            have = len(ops)
+            if slot.done != have or slot.queued:
+                return
+        members = self._member_sets.get(gid)
+        if members is not None and have < len(members) and gid not in self._bases:
+            return  # not every member issued it yet
+        if self._finished(slot):
+            slot.queued = True
+            slot.epoch = self._epoch
+            self._queue.append(slot)
 
     def done(self, st: OpState) -> None:
         """An op completed: queue its slot or channel for folding once all of it did."""
@@ -197,6 +303,7 @@ class Matcher:
             return  # not every member issued it yet
         if self._finished(slot):
             slot.queued = True
+            slot.epoch = self._epoch
             self._queue.append(slot)
 
     def resolved(self, st: OpState) -> None:
@@ -249,7 +356,10 @@ class Matcher:
         group = self.slots.get(slot.gid)
         if group is None or group.get(slot.pos) is not slot:
             return
-        if not self._finished(slot) or self._mismatched(slot):
+        fresh = slot.epoch == self._epoch and slot.done == len(slot.ops)
+        if not fresh and not self._finished(slot):
+            return
+        if slot.varied and self._mismatched(slot):
             return
         del group[slot.pos]
         if not group:
@@ -257,14 +367,14 @@ class Matcher:
         folded = len(slot.ops)
         self.retained -= folded
         self.folded += folded
-        drop = self._drop
-        for st in slot.ops.values():
-            drop(st)
+        kept = self._kept
+        for rank, st in slot.ops.items():
+            kept[rank].pop(st.rec.id, None)
 
     def _forget(self, st: OpState) -> None:
         self.retained -= 1
         self.folded += 1
-        self._drop(st)
+        self._kept[st.rank].pop(st.rec.id, None)
 
     # -- store keys --------------------------------------------------------------------
 
@@ -289,11 +399,13 @@ class Matcher:
         for per_group in (self._issued, self._bases, self._created):
             for by_rank in per_group.values():
                 by_rank.pop(rank, None)  # type: ignore[attr-defined]
+        self._top.clear()
         for creators in self.creators.values():
             creators.discard(rank)
         for setters in self.store_keys.values():
             setters.discard(rank)
         self.channels.remove_rank(rank)
+        self.p2p_ranks.discard(rank)
         self._forget_members()
 
     def resume(self, rank: int, ck: CheckpointRecord, open_ops: list[OpState]) -> None:
@@ -357,25 +469,8 @@ class Matcher:
     @staticmethod
     def _varied(slot: _Slot) -> bool:
         """Whether the slot's ops may disagree: not all recorded alike (an all_to_all's
-        sizes are always checked)."""
-        states = iter(slot.ops.values())
-        first = next(states).rec
-        op, root, redop, dtype, count = first.op, first.root, first.redop, first.dtype, first.count
-        if op in EXCHANGE_OPS:
-            return True
-        splits = first.splits
-        for st in states:
-            r = st.rec
-            if (
-                r.op != op
-                or r.dtype != dtype
-                or r.count != count
-                or r.redop != redop
-                or r.root != root
-                or r.splits != splits
-            ):
-                return True
-        return False
+        sizes are always checked); kept as the ops arrive."""
+        return slot.varied
 
     def partner(self, st: OpState, read: dict[Mailbox, dict[OpKey, OpState]]) -> OpState | None:
         """The op that meets a send or receive (see :meth:`Channels.partner`)."""

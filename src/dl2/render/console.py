@@ -21,6 +21,7 @@ from typing import ClassVar
 
 from dl2.errors import ConfigError
 from dl2.model.stuck import RankStatus
+from dl2.ranks import rank_runs
 from dl2.render.base import Renderer
 from dl2.report import Finding
 from dl2.report import FindingKind
@@ -127,19 +128,7 @@ def cycle_line(finding: Finding, states: Iterable[RankState] = ()) -> str:
 
 def rank_list(ranks: Iterable[int]) -> str:
     """Sorted ranks, runs of three or more folded: ``0-3,5,7``."""
-    ordered = sorted(set(ranks))
-    parts: list[str] = []
-    start = 0
-    while start < len(ordered):
-        end = start
-        while end + 1 < len(ordered) and ordered[end + 1] == ordered[end] + 1:
-            end += 1
-        if end - start >= 2:
-            parts.append(f"{ordered[start]}-{ordered[end]}")
-        else:
-            parts.extend(str(r) for r in ordered[start : end + 1])
-        start = end + 1
-    return ",".join(parts)
+    return ",".join(rank_runs(ranks))
 
 
 def headline(report: Report) -> str:

@@ -134,8 +134,9 @@ class TraceReader:
         warnings: other notes (records a corrupt line lost, said by a checkpoint).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, calls: bool = False) -> None:
         self.path = path
+        self.calls = calls  # blocking calls as (op, wait id) items: see SegmentDecoder
         self.header: Header | None = None
         self.consumed = 0
         self.truncated: str | None = None
@@ -159,7 +160,7 @@ class TraceReader:
                 self.truncated = "truncated header" if data else None
                 return []
             self.header = parse_header(data[:newline], self.path)
-            self._decoder = SegmentDecoder(self.header)
+            self._decoder = SegmentDecoder(self.header, self.calls)
             self._lineno = 1
             start = newline + 1
             self.consumed += start

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from dl2.errors import NoDataError
 from dl2.errors import TraceFormatError
@@ -29,6 +30,7 @@ from dl2.trace.format import RankTrace
 from dl2.trace.format import TraceReader
 from dl2.trace.format import stream_of
 from dl2.trace.schema.decode import Header
+from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
@@ -48,12 +50,15 @@ MIN_CHUNK_BYTES = 1 << 10
 
 #: takes (file, its header, new records, truncation note once the file is read through)
 Sink = Callable[[str, Header, Sequence[Record], str | None], None]
+#: takes (file, its header, the ops of plain blocking calls, their waits' ids)
+CallsSink = Callable[[str, Header, Sequence[OpRecord], Sequence[int]], None]
 
 
 class _Reader:
     """One process's trace (its segment files, in order), read a chunk at a time."""
 
-    def __init__(self, paths: list[Path]) -> None:
+    def __init__(self, paths: list[Path], calls: bool = False) -> None:
+        self.calls = calls
         self.paths = [str(p) for p in paths]
         self.name = self.paths[0]
         self.stem = stream_of(Path(self.name).name)[0]
@@ -80,7 +85,7 @@ class _Reader:
         self.header: Header = first.header
 
     def _open(self) -> None:
-        self.readers.append(TraceReader(self.paths[self._index]))
+        self.readers.append(TraceReader(self.paths[self._index], self.calls))
         self._ended = False
 
     def _chunk(self, size: int) -> bytes:
@@ -147,11 +152,34 @@ class _Reader:
         return records
 
 
+def _split(
+    items: list[Any], key: str, header: Header, truncated: str | None, sink: Sink, calls: CallsSink
+) -> None:
+    """Hand a chunk read in call mode to the two sinks, in order: runs of blocking
+    calls (``(op, wait id)`` tuples) to ``calls``, the records between to ``sink``."""
+    start = 0
+    n = len(items)
+    while start < n:
+        end = start
+        if type(items[start]) is tuple:
+            while end < n and type(items[end]) is tuple:
+                end += 1
+            run = items[start:end]
+            calls(key, header, [op for op, _ in run], [wid for _, wid in run])
+        else:
+            while end < n and type(items[end]) is not tuple:
+                end += 1
+            sink(key, header, items[start:end], None)
+        start = end
+    sink(key, header, [], truncated)
+
+
 def stream_session(
     run_dir: str | os.PathLike[str],
     sink: Sink,
     forget: Callable[[str], None],
     chunk_bytes: int = CHUNK_BYTES,
+    calls_sink: CallsSink | None = None,
 ) -> Session:
     """Read a run directory into ``sink``; returns its session (headers, no records).
 
@@ -160,6 +188,10 @@ def stream_session(
         forget: called with a file that turned out corrupt after some of it was sunk.
         chunk_bytes: the most read of one file at a time (with many files, less: all
             of them together read :data:`ROUND_BYTES` a round).
+        calls_sink: if given, takes the plain blocking calls (op, ret, wait, ret) of
+            a chunk as (file, header, ops, wait ids), in turn with ``sink`` taking the
+            other records, in file order (see :meth:`Model.feed_calls
+            <dl2.model.incremental.Model.feed_calls>`).
 
     Raises:
         NoDataError: no directory, or no trace file in it.
@@ -172,7 +204,7 @@ def stream_session(
     errors: dict[str, str] = {}  # file -> why it is skipped
     for stream in group_streams(files):
         try:
-            readers.append(_Reader(stream))
+            readers.append(_Reader(stream, calls_sink is not None))
         except TraceFormatError as err:
             errors[str(stream[0])] = str(err)
     # per rank, its files in the order a session prefers them (newest first, later on a tie)
@@ -196,7 +228,10 @@ def stream_session(
                 if options:
                     reading.append(options.pop(0))
                 continue
-            sink(reader.stem, reader.header, records, reader.truncated)
+            if calls_sink is None:
+                sink(reader.stem, reader.header, records, reader.truncated)
+            else:
+                _split(records, reader.stem, reader.header, reader.truncated, sink, calls_sink)
             if reader.done:
                 reading.remove(reader)
     skipped = [errors[str(f)] for f in files if str(f) in errors]  # in file order

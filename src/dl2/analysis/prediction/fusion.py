@@ -205,6 +205,8 @@ def fusion_windows(graph: ExecutionGraph) -> list[FusionWindow]:
     """Every rank's fusion windows, in rank and program order."""
     windows: list[FusionWindow] = []
     for rank in sorted(graph.timelines):
+        if not graph.issued(rank, "all_reduce_coalesced"):
+            continue  # no window (and no op built)
         runs: dict[str, list[Op]] = {}  # group -> the window being collected
         for op in graph.timelines[rank].ops:
             if op.kind != "collective":

@@ -93,7 +93,8 @@ class SegmentDecoder:
             lost to a corrupt line); the caller reports them.
     """
 
-    def __init__(self, header: Header) -> None:
+    def __init__(self, header: Header, calls: bool = False) -> None:
+        self.calls = calls
         self.t0 = header.t0
         self.me = header.rank
         self.notes: list[str] = []
@@ -134,6 +135,11 @@ class SegmentDecoder:
         and the lines that could not be read or resolved, as (index, error) (a ``b``
         line gives two records, a ``k`` line three, a definition none).
 
+        With ``calls``, a blocking call written as its op line and a ``k`` line right
+        after it comes back as one item, the tuple ``(op record, wait id)``: it stands
+        for the op, its ``ret``, the ``wait`` on it and the wait's ``ret`` (see
+        :meth:`dl2.model.incremental.Model.feed_calls`).
+
         The two lines of a blocking op (``o``, ``k``) are resolved inline: they are
         nearly every line of a long trace.
         """
@@ -145,47 +151,55 @@ class SegmentDecoder:
         stacks = self._stacks
         seqs = self._seqs
         t0 = self.t0
+        calls = self.calls
+        # the state the hot lines change, kept in locals (written back before any other
+        # line's handler runs, and at the end)
+        us, last, next_id = self._us, self._last, self._next_id
+        ops_before, last_tid, last_sid = self._ops_before, self._last_tid, self._last_sid
+        first = self._first
         for index, item in enumerate(decode_lines(lines)):
             kind = type(item)
             if kind is OpLine:
                 template = descs.get(item.did)  # type: ignore[union-attr]
                 if template is not None:
-                    self._first = False
-                    us = self._us + item.dt  # type: ignore[union-attr]
-                    self._us = us
+                    first = False
+                    us += item.dt  # type: ignore[union-attr]
                     oid = item.id  # type: ignore[union-attr]
                     if oid is None:
-                        oid = self._last + 1
-                    self._last = oid
-                    if oid >= self._next_id:
-                        self._next_id = oid + 1
-                    record, skey, sid = template
+                        oid = last + 1
+                    last = oid
+                    if oid >= next_id:
+                        next_id = oid + 1
+                    record, skey, last_sid = template
                     seq = item.seq  # type: ignore[union-attr]
                     if skey is not None:
                         if seq is None:
                             seq = seqs.get(skey, 0)
                         seqs[skey] = seq + 1
-                    op = _replace(record, id=oid, t=t0 + us * 1000, seq=seq, batch=item.batch)  # type: ignore[union-attr]
-                    self._ops_before += 1
-                    self._last_tid = record.tid
-                    self._last_sid = sid
-                    append(op)
+                    ops_before += 1
+                    last_tid = record.tid
+                    append(_replace(record, id=oid, t=t0 + us * 1000, seq=seq, batch=item.batch))  # type: ignore[union-attr]
                     continue
             elif kind is IssuedDoneLine:
-                stack = stacks.get(self._last_sid)
+                stack = stacks.get(last_sid)
                 if stack is not None:
-                    self._first = False
-                    us = self._us + item.dt  # type: ignore[union-attr]
+                    first = False
+                    us += item.dt  # type: ignore[union-attr]
+                    oid = last
+                    last = wid = oid + 1
+                    if wid >= next_id:
+                        next_id = wid + 1
+                    if calls and out:
+                        issued = out[-1]
+                        if type(issued) is OpRecord and issued.id == oid:
+                            # the op, its ret, the wait on it and the wait's ret: one call
+                            out[-1] = (issued, wid)  # type: ignore[call-overload]
+                            us += item.dt_ret  # type: ignore[union-attr]
+                            continue
                     t = t0 + us * 1000
-                    oid = self._last
-                    wid = oid + 1
-                    self._last = wid
-                    if wid >= self._next_id:
-                        self._next_id = wid + 1
                     append(RetRecord(id=oid, t=t))
-                    append(WaitRecord(id=wid, t=t, tid=self._last_tid, work=oid, stack=stack))
+                    append(WaitRecord(id=wid, t=t, tid=last_tid, work=oid, stack=stack))
                     us += item.dt_ret  # type: ignore[union-attr]
-                    self._us = us
                     append(RetRecord(id=wid, t=t0 + us * 1000))
                     continue
             elif kind is CorruptRecord:
@@ -195,6 +209,9 @@ class SegmentDecoder:
             elif kind is UnknownRecord:
                 append(item)  # type: ignore[arg-type]
                 continue
+            self._us, self._last, self._next_id = us, last, next_id
+            self._ops_before, self._last_tid, self._last_sid = ops_before, last_tid, last_sid
+            self._first = first
             size = len(out)
             try:
                 handlers[kind](item, out)
@@ -202,7 +219,13 @@ class SegmentDecoder:
                 del out[size:]
                 self._skipped += 1
                 corrupt.append((index, err))
+            us, last, next_id = self._us, self._last, self._next_id
+            ops_before, last_tid, last_sid = self._ops_before, self._last_tid, self._last_sid
+            first = self._first
             seqs = self._seqs  # a checkpoint sets them anew
+        self._us, self._last, self._next_id = us, last, next_id
+        self._ops_before, self._last_tid, self._last_sid = ops_before, last_tid, last_sid
+        self._first = first
         return out, corrupt
 
     def unskip(self) -> None:

@@ -23,12 +23,13 @@ offline,disk``):
   fit).  Every rank ends blocked: ranks 0 and 1 in a send/send cycle, the others in a
   barrier.  A run counts only with exit status 3 and a JSON report whose deadlock
   finding has the cycle 0, 1 and the generated source lines; anything else is a
-  failure, not a timing.  Wall time, records/s (records in the files / wall) and the
-  child's peak RSS (``wait4``).
-* **disk**: the bytes one rank's trace takes after 10^6 ops, from the generator (one
-  synthetic rank file of 10^6 ops, written and measured) and from the history job's
-  real trace at its largest N (extrapolated per op).
-
+  failure, not a timing.  Wall time, records/s (records in the files / wall), records
+  per CPU second (user + system, ``wait4``: a loaded machine stretches wall times) and
+  the child's peak RSS (``wait4``).  Records are typed records: a blocking call is
+  four (op, ret, wait, ret), written as two lines.
+* **disk**: the disk one rank's trace takes after 10^6 blocking all_reduces recorded by
+  dl2 with the default retention (``benchmarks/trace_size.py``: the real recorder, gloo
+  replaced by an already complete work), and the history job's bytes per op.
 Every child has a hard timeout (its process group is killed): ``--history-timeout``
 (300 s, quick 120 s) per ``dl2 run``, ``--analyze-timeout`` (150 s, quick 60 s) per
 ``dl2 analyze``, which also runs under an address-space cap (``--mem-cap-gib``, default 6)
@@ -252,6 +253,7 @@ class Child:
     wall: float
     maxrss: int  # bytes, the child's own peak (wait4)
     killed_at: float | None  # time.time() of the kill
+    cpu: float = 0.0  # the child's user + system seconds (wait4)
 
 
 def run_child(
@@ -295,7 +297,8 @@ def run_child(
     wall = time.monotonic() - started
     code = os.waitstatus_to_exitcode(status) if killed_at is None else None
     maxrss = usage.ru_maxrss * 1024 if usage is not None else 0
-    return Child(code, wall, maxrss, killed_at)
+    cpu = usage.ru_utime + usage.ru_stime if usage is not None else 0.0
+    return Child(code, wall, maxrss, killed_at, cpu)
 
 
 # -- part 1: verdict latency after history ---------------------------------------------------
@@ -584,9 +587,11 @@ def offline_sweep(
                 break
             attempt.times.append(child.wall)
             attempt.add("records_per_s", generated.records / child.wall)
+            attempt.add("cpu_s", child.cpu)
+            attempt.add("records_per_cpu_s", generated.records / max(child.cpu, 1e-9))
             attempt.add("peak_rss", child.maxrss)
             print(
-                f"  {tag}: run {index}/{runs}: {child.wall:.2f} s, "
+                f"  {tag}: run {index}/{runs}: {child.wall:.2f} s ({child.cpu:.2f} s CPU), "
                 f"{generated.records / child.wall:,.0f} records/s, peak RSS {mib(child.maxrss)}",
                 flush=True,
             )
@@ -603,6 +608,14 @@ def offline(work: Path, opts: Options) -> dict[str, Any]:
     return {"ops": [asdict(a) for a in ops], "ranks": [asdict(a) for a in ranks]}
 
 
+def _per_cpu(extra: dict[str, Any]) -> str:
+    """Records per CPU second of the runs (a loaded machine stretches wall times)."""
+    rates = extra.get("records_per_cpu_s")
+    if not rates:
+        return "-"
+    return f"{statistics.median(rates):,.0f} ({min(rates):,.0f}-{max(rates):,.0f})"
+
+
 def offline_table(attempts: list[dict[str, Any]], cap_s: float) -> str:
     rows = []
     for a in attempts:
@@ -611,11 +624,11 @@ def offline_table(attempts: list[dict[str, Any]], cap_s: float) -> str:
         records = f"{info['records']:,}"
         size = mib(info["bytes"]) if info.get("bytes") else "-"
         if a["not_run"]:
-            rows.append([shape, records, size, "0", a["not_run"], "-", "-", "-"])
+            rows.append([shape, records, size, "0", a["not_run"], "-", "-", "-", "-"])
             continue
         if a["failures"]:
             rows.append(
-                [shape, records, size, "1", "**FAILED**: " + a["failures"][0][:160], "-", "-", "-"]
+                [shape, records, size, "1", "**FAILED**: " + a["failures"][0][:160]] + ["-"] * 4
             )
             continue
         if a["timed_out"] is not None:
@@ -628,6 +641,7 @@ def offline_table(attempts: list[dict[str, Any]], cap_s: float) -> str:
                     "1",
                     f"> {a['timed_out']:.0f} s (timed out)",
                     f"< {info['records'] / a['timed_out']:,.0f}",
+                    "-",
                     f"≥ {mib(max(rss))}",
                     "-",
                 ]
@@ -642,6 +656,7 @@ def offline_table(attempts: list[dict[str, Any]], cap_s: float) -> str:
                 str(len(a["times"])),
                 spread(a["times"]),
                 f"{statistics.median(extra['records_per_s']):,.0f}",
+                _per_cpu(extra),
                 f"{mib(statistics.median(rss))} (max {mib(max(rss))})",
                 "ok",
             ]
@@ -653,6 +668,7 @@ def offline_table(attempts: list[dict[str, Any]], cap_s: float) -> str:
         "runs",
         "dl2 analyze wall",
         "records/s (median)",
+        "records/CPU s (median, min-max)",
         "peak RSS (median)",
         "verdict",
     ]

@@ -285,16 +285,18 @@ class Monitor:
         followed = self._follow_remote()
         if followed is not None:
             return followed
-        if self.job.ranked and any(s in ENDED_BADLY for s in local.values()):
-            # Like torchrun: a failed rank ends the job.  Its peers usually fail on their
-            # own within a second (gloo: "Connection closed by peer"); give them that, so
-            # each rank's state is its own, then stop the rest and analyse.
+        if any(s in ENDED_BADLY for s in local.values()):
+            # A rank died.  Its peers usually fail on their own within a second (gloo:
+            # "Connection closed by peer"), and a launcher that kills its job kills every
+            # rank at once, each dying in its own time: give them that second, so that
+            # each rank's state is its own and ranks killed together read as such.
             if self._failed_at is None:
                 self._failed_at = now
             if now - self._failed_at < FAILED_GRACE_S:
                 return None
-            self.stop_job()
-            return self._final("rank-failed")
+            if self.job.ranked:  # like torchrun: a failed rank ends the job
+                self.stop_job()
+                return self._final("rank-failed")
         self._check_faults(now, local)
         if self._degraded is not None or not self.nodes.reporting():
             return None

@@ -149,7 +149,8 @@ def _d_allreduce(pg: Group, a: tuple[Any, ...], k: dict[str, Any]) -> tuple[str,
                 # (reading the op's int costs twice as much); other ops take the
                 # generic path below.
                 if opts.reduceOp == _SUM and isinstance(t, _Tensor):
-                    return _sum_fields(t), bool(opts.asyncOp)
+                    fields = _SUM_FIELDS.get((t.dtype, t.numel()))  # _sum_fields, inlined
+                    return fields or _sum_fields(t), bool(opts.asyncOp)
                 redop = _REDOPS.get(int(opts.reduceOp.op))
                 if redop is not None:
                     dtype = _DTYPES.get(t.dtype) or _dtype(t)

@@ -179,7 +179,7 @@ def capture(frame: FrameType | None) -> tuple[str | None, int]:
         kind = kinds.get(code.co_filename)
         if kind is None:
             kind = _kind(code.co_filename)
-        if kind == USER or kind == THIRD:
+        if kind in _RECORDED:
             break
         if kind == API:
             api = code.co_name

@@ -45,6 +45,7 @@ from dl2.record.describe import COLLECTIVES
 from dl2.record.describe import Describer
 from dl2.record.describe import arg
 from dl2.record.describe import tensor_desc
+from dl2.record.recorder import PRUNE_AT
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
 from dl2.record.stack import capture
@@ -221,8 +222,11 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             if enc is not None:
                 enc.tail.append((oid, _now(), None))  # issued: shares the next write
             try:
-                rec.add_pending(oid, work, anyranks)
-                return RecordedWork(work, oid, rec, anyranks, p2p=point_to_point)
+                pending = rec.pending  # rec.add_pending, inlined
+                pending[oid] = (work, anyranks)
+                if len(pending) >= PRUNE_AT:
+                    rec.poll_pending()
+                return RecordedWork(work, oid, rec, anyranks, None, point_to_point)
             except Exception:
                 return work
         # A blocking call (asyncOp=False, or c10d's send/recv): the API waits on the work

@@ -194,32 +194,29 @@ def user_stack_id(frame: FrameType | None) -> int:
     MAX_WALK frames)."""
     cache = _cache
     parts: list[str] = []
-    n = 0  # len(parts)
     own = False  # a frame of the user's own code (not an installed package) is kept
     f = frame
-    walked = 0
-    while f is not None:
+    for _ in range(MAX_WALK):
+        if f is None:
+            break
         code = f.f_code
         entry = cache.get(id(code)) or _entry(code)
-        kind = entry[1]
-        if kind == USER:
+        if entry[1] == USER:
             text = entry[2].get(f.f_lasti) or _frame_json(code, f, entry[2])
-            if n >= MAX_FRAMES:
+            if len(parts) < MAX_FRAMES - 1:  # room for more after this one
+                parts.append(text)
+                own = True
+                f = f.f_back
+                continue
+            if len(parts) < MAX_FRAMES:
+                parts.append(text)
+            else:
                 parts[-1] = text  # the outermost kept: the user's
-                break
-            parts.append(text)
-            n += 1
-            if n >= MAX_FRAMES:
-                break
-            own = True
-        elif kind == THIRD and n < MAX_FRAMES:
-            parts.append(entry[2].get(f.f_lasti) or _frame_json(code, f, entry[2]))
-            n += 1
-            if n >= MAX_FRAMES and own:
-                break
-        walked += 1
-        if walked >= MAX_WALK:
             break
+        if entry[1] == THIRD and len(parts) < MAX_FRAMES:
+            parts.append(entry[2].get(f.f_lasti) or _frame_json(code, f, entry[2]))
+            if len(parts) >= MAX_FRAMES and own:
+                break
         f = f.f_back
     # The frames' cached texts are the key: their hashes are cached, so a stack seen
     # before costs one lookup, and is never joined again.

@@ -328,7 +328,41 @@ def _make_collective(method: str, op: str, describe: Describer) -> Callable[...,
             )  # fmt: skip
         except Exception:
             return fn(*args, **kwargs)
-        return self._dl2_issue(oid, fn, args, kwargs, is_async, None, stack, tid)
+        if is_async:
+            return self._dl2_issue(oid, fn, args, kwargs, True, None, stack, tid)
+        # A blocking collective: _dl2_issue's blocking path, inlined (see there).
+        try:
+            work = fn(*args, **kwargs)
+        except BaseException as err:
+            rec.ret(oid, err)
+            raise
+        if not isinstance(work, _Work):
+            rec.ret(oid)
+            return work
+        try:
+            wid = next(rec.ids)
+            t = _now()
+            enc = rec.enc
+            if enc is not None and rec.fd >= 0:
+                enc.tail.append((oid, wid, t, tid, stack))
+            blocking = rec.blocking
+            blocking[tid] = oid
+        except Exception:
+            return work
+        try:
+            work.wait()
+        except BaseException as err:
+            blocking.pop(tid, None)
+            rec.ret(wid, err)
+            raise
+        blocking.pop(tid, None)
+        try:
+            enc = rec.enc
+            if enc is not None:
+                enc.tail.append((wid, _now(), None))
+        except Exception:
+            pass
+        return work
 
     override.__name__ = method
     override.__qualname__ = f"RecordingProcessGroup.{method}"

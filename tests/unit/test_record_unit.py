@@ -457,3 +457,25 @@ def test_watchdog_reports_a_rank_spinning_on_polls_only_after_ticks_in_a_row() -
     assert rec.lines[-1]["where"] == "python"
     release.set()
     user.join()
+
+
+@pytest.mark.parametrize("name", ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"])
+@pytest.mark.parametrize("async_op", [False, True])
+def test_all_reduce_describer_fast_path_matches_the_generic_one(name: str, async_op: bool) -> None:
+    # GIVEN an all_reduce's (tensors, opts), as torch passes them to a process group
+    import torch
+    import torch.distributed as dist
+
+    from dl2.record import describe
+    from dl2.trace.schema import encode
+
+    opts = dist.AllreduceOptions()
+    opts.reduceOp = getattr(dist.ReduceOp, name)
+    opts.asyncOp = async_op
+    t = torch.ones(3, dtype=torch.float64)
+    # WHEN described by the hot path (reduce op named by its hash) and the generic one
+    fast = describe._d_allreduce(None, ([t], opts), {})  # type: ignore[arg-type]
+    generic = describe._d_allreduce(None, ([t],), {"opts": opts})  # type: ignore[arg-type]
+    # THEN both write the same fields
+    assert describe._BY_HASH  # torch's ReduceOp hashes as its op's int
+    assert fast == generic == (encode.reduce_fields(name.lower(), "float64", 3), async_op)

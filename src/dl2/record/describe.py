@@ -139,21 +139,52 @@ def _sum_fields(t: Any) -> str:
     return fields
 
 
+def _hashed_redops() -> dict[int, str]:
+    """hash(ReduceOp) -> the op's lower-case name.
+
+    torch's ReduceOp hashes as its RedOpType's int, so one pybind call (no comparison,
+    whose argument conversion costs more, above all with cold caches in a DDP backward)
+    names any op.  Checked here for every op type: empty (the comparisons are used) if
+    that does not hold.
+    """
+    table: dict[int, str] = {}
+    try:
+        for name, kind in dist.ReduceOp.RedOpType.__members__.items():
+            try:
+                op = dist.ReduceOp(kind)
+            except Exception:
+                continue  # PREMUL_SUM takes a factor
+            code = hash(op)
+            if code != int(kind) or code in table or (op == _SUM) != (name == "SUM"):
+                return {}
+            table[code] = name.lower()
+    except Exception:
+        return {}
+    return table if table.get(hash(dist.ReduceOp(_SUM))) == "sum" else {}
+
+
+_BY_HASH = _hashed_redops()
+
+
 def _d_allreduce(pg: Group, a: tuple[Any, ...], k: dict[str, Any]) -> tuple[str, bool]:
     if len(a) == 2 and not k:  # the (tensors, opts) form every caller but users uses
         tensors, opts = a
         if type(tensors) is list and len(tensors) == 1:  # the hot path, inlined
             try:
                 t = tensors[0]
-                # ReduceOp == RedOpType is the one cheap comparison pybind offers
-                # (reading the op's int costs twice as much); other ops take the
-                # generic path below.
-                if opts.reduceOp == _SUM and isinstance(t, _Tensor):
-                    return _sum_fields(t), bool(opts.asyncOp)
-                redop = _REDOPS.get(int(opts.reduceOp.op))
-                if redop is not None:
-                    dtype = _DTYPES.get(t.dtype) or _dtype(t)
-                    return reduce_fields(redop, dtype, t.numel()), bool(opts.asyncOp)
+                if _BY_HASH:
+                    redop = _BY_HASH.get(hash(opts.reduceOp))
+                elif opts.reduceOp == _SUM:  # the one cheap comparison pybind offers
+                    redop = "sum"
+                else:
+                    redop = _REDOPS.get(int(opts.reduceOp.op))
+                if redop is not None and isinstance(t, _Tensor):
+                    if redop == "sum":  # _sum_fields(t), its cache looked up inline
+                        fields = _SUM_FIELDS.get((t.dtype, t.numel())) or _sum_fields(t)
+                    else:
+                        dtype = _DTYPES.get(t.dtype) or _dtype(t)
+                        fields = reduce_fields(redop, dtype, t.numel())
+                    return fields, bool(opts.asyncOp)
             except (AttributeError, TypeError, ValueError):
                 pass
     else:

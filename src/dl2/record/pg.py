@@ -45,6 +45,7 @@ from dl2.record.describe import COLLECTIVES
 from dl2.record.describe import Describer
 from dl2.record.describe import arg
 from dl2.record.describe import tensor_desc
+from dl2.record.recorder import PRUNE_AT
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
 from dl2.record.stack import capture
@@ -125,37 +126,6 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             return None
 
     # -- recording --------------------------------------------------------------------
-
-    def _dl2_call(
-        self,
-        method: str,
-        op: str,
-        describe: Describer,
-        frame: Any,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
-        """Record a collective, run it on the inner group, wrap its work."""
-        rec = self._dl2_rec
-        fn = getattr(self._dl2_inner, method)
-        if rec.fd < 0:  # not recording (Recorder.active, without the property call)
-            return fn(*args, **kwargs)
-        try:
-            try:
-                extra, is_async = describe(self, args, kwargs)
-            except Exception:
-                extra, is_async = "", True
-            api, stack = capture(frame)
-            seq = self._dl2_seq
-            self._dl2_seq = seq + 1
-            oid = next(rec.ids)
-            rec.last_tid = tid = _tid()
-            gid, gid_json = self._dl2_gid, self._dl2_gid_json
-            enc: Any = rec.enc  # the stream encoder, set while recording is active
-            enc.op(oid, _now(), tid, gid, gid_json, seq, op, api, extra, is_async, stack)
-        except Exception:
-            return fn(*args, **kwargs)
-        return self._dl2_issue(oid, fn, args, kwargs, is_async, None, stack, tid)
 
     def _dl2_p2p(
         self,
@@ -248,18 +218,27 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             rec.ret(oid)
             return work  # monitored_barrier: synchronous, no work
         if is_async:
-            rec.ret_later(oid, None)  # issued: shares the next write (DDP's next bucket)
+            enc = rec.enc  # rec.ret_later(oid, None), inlined (as below)
+            if enc is not None:
+                enc.tail.append((oid, _now(), None))  # issued: shares the next write
             try:
-                rec.add_pending(oid, work, anyranks)
-                return RecordedWork(work, oid, rec, anyranks, p2p=point_to_point)
+                pending = rec.pending  # rec.add_pending, inlined
+                pending[oid] = (work, anyranks)
+                if len(pending) >= PRUNE_AT:
+                    rec.poll_pending()
+                return RecordedWork(work, oid, rec, anyranks, None, point_to_point)
             except Exception:
                 return work
         # A blocking call (asyncOp=False, or c10d's send/recv): the API waits on the work
         # at once, from the same user frames.  Wait here, recorded; the op's ret and the
         # wait go out in one write, the wait's ret shares the next one.
+        # (rec.issued_wait and rec.ret_later, inlined: the encoder's tail takes them.)
         try:
             wid = next(rec.ids)
-            rec.issued_wait(oid, wid, _now(), tid, stack)
+            t = _now()
+            enc = rec.enc
+            if enc is not None and rec.fd >= 0:
+                enc.tail.append((oid, wid, t, tid, stack))
             blocking = rec.blocking
             blocking[tid] = oid  # pending while waited on (the watchdog lists it)
         except Exception:
@@ -272,7 +251,10 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             raise
         blocking.pop(tid, None)
         try:
-            rec.ret_later(wid, source_of(work, anyranks) if anyranks is not None else None)
+            src = source_of(work, anyranks) if anyranks is not None else None
+            enc = rec.enc
+            if enc is not None:
+                enc.tail.append((wid, _now(), src))
         except Exception:
             pass
         if point_to_point:
@@ -321,8 +303,66 @@ def _capture_p2p(frame: Any) -> tuple[str | None, int, bool]:
 
 
 def _make_collective(method: str, op: str, describe: Describer) -> Callable[..., Any]:
+    """The override of ``ProcessGroup.<method>``: record a collective, run it on the inner
+    group, wrap its work (the recorder's hot path: one Python call per op, no more)."""
+
     def override(self: RecordingProcessGroup, *args: Any, **kwargs: Any) -> Any:
-        return self._dl2_call(method, op, describe, _getframe(1), args, kwargs)
+        rec = self._dl2_rec
+        fn = getattr(self._dl2_inner, method)
+        if rec.fd < 0:  # not recording (Recorder.active, without the property call)
+            return fn(*args, **kwargs)
+        try:
+            try:
+                extra, is_async = describe(self, args, kwargs)
+            except Exception:
+                extra, is_async = "", True
+            api, stack = capture(_getframe(1))
+            seq = self._dl2_seq
+            self._dl2_seq = seq + 1
+            oid = next(rec.ids)
+            rec.last_tid = tid = _tid()
+            enc: Any = rec.enc  # the stream encoder, set while recording is active
+            enc.op(
+                oid, _now(), tid, self._dl2_gid, self._dl2_gid_json, seq, op, api, extra,
+                is_async, stack,
+            )  # fmt: skip
+        except Exception:
+            return fn(*args, **kwargs)
+        if is_async:
+            return self._dl2_issue(oid, fn, args, kwargs, True, None, stack, tid)
+        # A blocking collective: _dl2_issue's blocking path, inlined (see there).
+        try:
+            work = fn(*args, **kwargs)
+        except BaseException as err:
+            rec.ret(oid, err)
+            raise
+        if not isinstance(work, _Work):
+            rec.ret(oid)
+            return work
+        try:
+            wid = next(rec.ids)
+            t = _now()
+            enc = rec.enc
+            if enc is not None and rec.fd >= 0:
+                enc.tail.append((oid, wid, t, tid, stack))
+            blocking = rec.blocking
+            blocking[tid] = oid
+        except Exception:
+            return work
+        try:
+            work.wait()
+        except BaseException as err:
+            blocking.pop(tid, None)
+            rec.ret(wid, err)
+            raise
+        blocking.pop(tid, None)
+        try:
+            enc = rec.enc
+            if enc is not None:
+                enc.tail.append((wid, _now(), None))
+        except Exception:
+            pass
+        return work
 
     override.__name__ = method
     override.__qualname__ = f"RecordingProcessGroup.{method}"

@@ -284,8 +284,13 @@ class Recorder:
             self.poll_pending()
 
     def poll_pending(self) -> list[int]:
-        """Drop completed works (writing their ``done``); return the ids still pending."""
+        """Drop completed works (writing their ``done``); return the ids still pending.
+
+        The ``done`` records of one poll go out in one write (held back, then flushed):
+        the watchdog finds a DDP job's buckets complete a dozen at a time.
+        """
         still: list[int] = []
+        held = False
         for oid, (work, anyranks) in list(self.pending.items()):
             try:
                 completed = work.is_completed()
@@ -297,7 +302,12 @@ class Recorder:
             if self.pending.pop(oid, None) is None:
                 continue  # waited on meanwhile: its wait/ret records say it all
             src = source_of(work, anyranks)
-            self.done(oid, src)
+            enc = self.enc
+            if enc is not None and self.fd >= 0:
+                enc.hold_done(oid, _now(), src)
+                held = True
+        if held:
+            self.flush()
         return still
 
     def reset_after_fork(self) -> None:

@@ -115,8 +115,22 @@ def _entry(code: CodeType) -> _Entry:
     if entry is None:
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
-        entry = _cache[id(code)] = (code, classify_file(code.co_filename), {})
+        entry = _cache[id(code)] = (code, _kind(code.co_filename), {})
     return entry
+
+
+# co_filename -> kind: the walk classifies a frame by its file alone, with no id() call
+# and no entry (code objects of one module share their file name string).
+_kinds: dict[str, int] = {}
+
+
+def _kind(filename: str) -> int:
+    kind = _kinds.get(filename)
+    if kind is None:
+        if len(_kinds) >= _CACHE_LIMIT:
+            _kinds.clear()
+        kind = _kinds[filename] = classify_file(filename)
+    return kind
 
 
 def _line_of(code: CodeType, frame: FrameType) -> int:
@@ -157,12 +171,14 @@ def capture(frame: FrameType | None) -> tuple[str | None, int]:
         from C++ on behalf of no such function, e.g. from DDP's reducer during
         ``loss.backward()``.  The stack id is :func:`user_stack_id`'s.
     """
-    cache = _cache
+    kinds = _kinds
     api: str | None = None
     f = frame
     while f is not None:
         code = f.f_code
-        kind = (cache.get(id(code)) or _entry(code))[1]
+        kind = kinds.get(code.co_filename)
+        if kind is None:
+            kind = _kind(code.co_filename)
         if kind in _RECORDED:
             break
         if kind == API:
@@ -179,25 +195,28 @@ def user_stack_id(frame: FrameType | None) -> int:
     cache = _cache
     parts: list[str] = []
     own = False  # a frame of the user's own code (not an installed package) is kept
-    walked = 0
     f = frame
-    while f is not None and walked < MAX_WALK:
+    for _ in range(MAX_WALK):
+        if f is None:
+            break
         code = f.f_code
         entry = cache.get(id(code)) or _entry(code)
-        kind = entry[1]
-        if kind == USER or (kind == THIRD and len(parts) < MAX_FRAMES):
-            lines = entry[2]
-            text = lines.get(f.f_lasti)  # the encoded frame, cached per offset
-            if text is None:
-                text = _frame_json(code, f, lines)
-            if len(parts) >= MAX_FRAMES:
-                parts[-1] = text  # the outermost kept: the user's
-            else:
+        if entry[1] == USER:
+            text = entry[2].get(f.f_lasti) or _frame_json(code, f, entry[2])
+            if len(parts) < MAX_FRAMES - 1:  # room for more after this one
                 parts.append(text)
-            own = own or kind == USER
+                own = True
+                f = f.f_back
+                continue
+            if len(parts) < MAX_FRAMES:
+                parts.append(text)
+            else:
+                parts[-1] = text  # the outermost kept: the user's
+            break
+        if entry[1] == THIRD and len(parts) < MAX_FRAMES:
+            parts.append(entry[2].get(f.f_lasti) or _frame_json(code, f, entry[2]))
             if len(parts) >= MAX_FRAMES and own:
                 break
-        walked += 1
         f = f.f_back
     # The frames' cached texts are the key: their hashes are cached, so a stack seen
     # before costs one lookup, and is never joined again.

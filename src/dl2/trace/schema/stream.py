@@ -176,18 +176,41 @@ class StreamEncoder:
         while tail:
             record = tail.popleft()
             size = len(record)
-            if size == 3:
+            if size == 5:
+                if tail and len(tail[0]) == 3 and tail[0][0] == record[1]:
+                    _, t, src = tail.popleft()  # its wait returned already: one record
+                    oid, wid, at, tid, sid = record
+                    if (
+                        t
+                        and src is None
+                        and oid == self._last
+                        and wid == oid + 1
+                        and tid == self._last_tid
+                        and sid == self._last_sid
+                    ):
+                        # The hot path (a blocking op that returned, right after its
+                        # op record): _issued_wait's one ["k"] record, inlined.
+                        t0 = self.t0
+                        us = (at - t0) // 1000
+                        dt = us - self._us
+                        self._last = wid
+                        if wid >= self.next_id:
+                            self.next_id = wid + 1
+                        if self.open.pop(oid, None) is not None:
+                            self.issued.discard(oid)
+                        end = (t - t0) // 1000
+                        self._us = end
+                        text += f'["k",{dt},{end - us}]\n'
+                    else:
+                        text += self._issued_wait(oid, wid, at, tid, sid, t, src)
+                else:
+                    text += self._issued_wait(*record)
+            elif size == 3:
                 text += self._ret(record[0], record[1], None, record[2])
             elif size == 2:
                 text += self._drop(*record)
-            elif size == 4:
-                text += self._done(*record[:3])
-            elif tail and len(tail[0]) == 3 and tail[0][0] == record[1]:
-                _, t, src = tail.popleft()  # its wait returned already: one record
-                oid, wid, at, tid, sid = record
-                text += self._issued_wait(oid, wid, at, tid, sid, t, src)
             else:
-                text += self._issued_wait(*record)
+                text += self._done(*record[:3])
         return text
 
     def hold_issued_wait(self, oid: int, wid: int, t: int, tid: int, sid: int) -> None:
@@ -283,7 +306,13 @@ class StreamEncoder:
         the recorder's hot path."""
         key = (gid_json, op, api, fields, is_async, tid, sid, eager, deferred)
         with self.lock:
-            text = self._head() if self.tail or self._due <= 0 else ""
+            # _head(), without its call when no checkpoint is due
+            if self._due <= 0:
+                text = self._head()
+            elif self.tail:
+                text = self._held()
+            else:
+                text = ""
             desc = self._descs.get(key)
             if desc is None:
                 desc = self._describe(key, gid, peer, tag, ranks)
@@ -317,7 +346,13 @@ class StreamEncoder:
                 self.channels[desc[3]] = self.channels.get(desc[3], 0) + 1
             if desc[8] is not None:
                 self.groups[desc[8][0]] = desc[8][1]
-            self._write(text)
+            data = text.encode()  # _write(text), inlined
+            try:
+                self._sink(data)
+            except OSError as err:
+                self._failed(err)
+                return
+            self._due -= len(data)
 
     def _issued_wait(
         self,

@@ -71,17 +71,24 @@ class _Reader:
         self._open()
         # the first readable segment's header (the trace starts there)
         first = self.readers[0]
-        size = 1 << 16
-        while first.header is None:
+        # only the header line now: records are read round by round, so that no more
+        # than a chunk per file is held at once (8,192 small traces read whole here
+        # would all be in memory before the model took any)
+        size = 4096
+        while True:
             data = self._chunk(size)
-            size *= 2  # a header longer than the chunk is read again, whole
-            self.pending = first.feed(data) if data else []
-            if first.header is None and (not data or self._ended):
+            newline = data.find(b"\n")
+            if newline >= 0:
+                first.feed(data[: newline + 1])
+                break
+            if not data or self._ended:
                 raise TraceFormatError(
                     f"{self.name}: empty trace file"
                     if not data
                     else f"{self.name}: truncated header (the rank died while opening its trace)"
                 )
+            size *= 2  # a header longer than the chunk is read again, whole
+        assert first.header is not None
         self.header: Header = first.header
 
     def _open(self) -> None:

@@ -71,6 +71,12 @@ def _range(start: int, stop: int, step: int) -> tuple[int, ...]:
     return tuple(range(start, stop, step))
 
 
+#: op templates by (description, stack): the ranks of a job define the same ones, and a
+#: shared template is built once (and its fields stored once)
+_TEMPLATES: dict[tuple[Any, tuple[Frame, ...]], tuple[OpRecord, Any]] = {}
+_TEMPLATES_LIMIT = 1 << 16
+
+
 def expand_ranks(ranks: tuple[int, ...] | RankRange | None) -> tuple[int, ...] | None:
     """Ranks as written (a list, a :class:`RankRange` or null) as a tuple (or None);
     the ranks of one range are one tuple, shared by every rank that wrote them."""
@@ -283,10 +289,18 @@ class SegmentDecoder:
     def _desc_def(self, line: DescDef, out: _Out) -> None:
         desc = line.desc
         sid: int = desc.stack  # type: ignore[attr-defined]
-        fields = {f.name: getattr(desc, f.name) for f in DESC_FIELDS}
-        fields["ranks"] = expand_ranks(fields["ranks"])
-        record = OpRecord(id=0, stack=self._frames(sid), **fields)
-        self._descs[line.did] = (record, seq_key(record.gid, record.op, record.peer), sid)
+        stack = self._frames(sid)
+        key = (desc, stack)
+        known = _TEMPLATES.get(key)
+        if known is None:
+            fields = {f.name: getattr(desc, f.name) for f in DESC_FIELDS}
+            fields["ranks"] = expand_ranks(fields["ranks"])
+            record = OpRecord(id=0, stack=stack, **fields)
+            known = (record, seq_key(record.gid, record.op, record.peer))
+            if len(_TEMPLATES) >= _TEMPLATES_LIMIT:
+                _TEMPLATES.clear()
+            _TEMPLATES[key] = known
+        self._descs[line.did] = (known[0], known[1], sid)
 
     def _op(self, line: OpLine, out: _Out) -> None:
         template = self._template(line.did)

@@ -305,3 +305,34 @@ def online(dl2_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
         results.update({k: f.result() for k, f in futures.items()})
         results["node0"], results["node1"] = nodes.result()
     return results
+
+
+ROTATING_SENDSEND = """
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+tensor = torch.ones(4)
+for _ in range(1500):
+    dist.all_reduce(tensor)
+dist.send(torch.ones(8), dst=1 - rank)  # both ranks: send/send
+"""
+
+
+@pytest.mark.timeout(200)
+def test_a_deadlock_after_rotated_segments_is_proven_live_on_its_line(
+    dl2_bin, tmp_path, monkeypatch
+):
+    # GIVEN a job recorded in 4 KiB segments, 2 kept: its 1,500 all_reduces rotate its
+    # trace many times before both ranks block in a send to the other
+    script = tmp_path / "rotating.py"
+    script.write_text(ROTATING_SENDSEND)
+    monkeypatch.setenv("DL2_SEGMENT_BYTES", "4096")
+    run = dl2_run(dl2_bin, tmp_path / "run", ["--keep", "2", "-n", "2", str(script)], 150)
+    # THEN the live monitor proves the deadlock, at the send line, from rotated traces
+    assert run.returncode == 3, run.output
+    assert "DEADLOCK" in run.output and "rotating.py:10" in run.output, run.output
+    for rank in (0, 1):
+        files = sorted((tmp_path / "run").glob(f"rank{rank:05d}.*.dl2.jsonl"))
+        assert len(files) == 2 and all(".s0" in f.name for f in files), files

@@ -97,19 +97,22 @@ class Model:
         rank_model = entry.rank_model
         if rank_model is not None and records:
             rank_model.feed(records)
-            # may_wait(), its commonest answers first: inside a call, or neither inside
-            # one nor seen by its watchdog
-            if rank_model.ended is None and (
-                rank_model.open_calls
-                or (rank_model.last_state is not None and rank_model.may_wait())
-            ):
-                self.waiting.add(rank_model.rank)
-            else:
-                self.waiting.discard(rank_model.rank)
-            window = self.window
-            if window is not None and self.matcher.retained > window:
-                self.matcher.fold(window)
+            self._settle(rank_model)
         self.version += 1
+
+    def _settle(self, rank_model: RankModel) -> None:
+        """After a rank's new records: whether it may wait, and fold past the window."""
+        # may_wait(), its commonest answers first: inside a call, or neither inside one
+        # nor seen by its watchdog
+        if rank_model.ended is None and (
+            rank_model.open_calls or (rank_model.last_state is not None and rank_model.may_wait())
+        ):
+            self.waiting.add(rank_model.rank)
+        else:
+            self.waiting.discard(rank_model.rank)
+        window = self.window
+        if window is not None and self.matcher.retained > window:
+            self.matcher.fold(window)
 
     def feed_calls(
         self, key: str, header: Header, ops: Sequence[OpRecord], wait_ids: Sequence[int]
@@ -132,13 +135,7 @@ class Model:
         rank_model = entry.rank_model
         if rank_model is not None and ops:
             rank_model.feed_calls(ops, wait_ids)
-            if rank_model.may_wait():
-                self.waiting.add(rank_model.rank)
-            else:
-                self.waiting.discard(rank_model.rank)
-            window = self.window
-            if window is not None and self.matcher.retained > window:
-                self.matcher.fold(window)
+            self._settle(rank_model)
         self.version += 1
 
     def _open(self, key: str, header: Header) -> _File:

@@ -75,6 +75,8 @@ from benchmarks._harness import REPO
 from benchmarks._harness import kill_group
 from benchmarks._harness import markdown_table
 from benchmarks._harness import start_logged
+from dl2.trace.format import TRACE_SUFFIX
+from dl2.trace.format import stream_of
 from dl2.trace.format import trace_file_name
 
 CASES = BENCH / "scale_cases"
@@ -381,9 +383,12 @@ def history_run(n: int, work: Path, index: int, timeout: float) -> tuple[dict[st
     figures: dict[str, Any] = {"n": n, "job_wall_s": child.wall, "exit": child.code}
     if phases:
         figures["history_s"] = max(phases)
-    trace = run_dir / trace_file_name(0, pids[0]) if 0 in pids else None
-    if trace is not None and trace.exists():
-        figures["trace_bytes_rank0"] = trace.stat().st_size
+    if 0 in pids:
+        # every segment of rank 0's process (a long trace rotates: .s000001 and on)
+        stem = stream_of(trace_file_name(0, pids[0]))[0]
+        segments = [p for p in run_dir.glob(f"*{TRACE_SUFFIX}") if stream_of(p.name)[0] == stem]
+        if segments:
+            figures["trace_bytes_rank0"] = sum(p.stat().st_size for p in segments)
     if child.code is None:
         figures["timed_out_s"] = timeout
         if len(stamps) == 2 and child.killed_at is not None:

@@ -381,10 +381,14 @@ class RankModel:
         add_done = self.sink.add_done
         rank = self.rank
         complete_on_return = _COMPLETE_ON_RETURN
+        # the counters in locals, written back before a call fed record by record and
+        # at the end (``add_done`` reads none of them)
+        n_ops, n_records, active = self.n_ops, self.n_records, self.activity_at
         for rec, wait_id in zip(ops, wait_ids, strict=True):
             rid = rec.id
             if rec.eager or rec.op in complete_on_return or rid in waits:
                 # not a plain blocking call: its records, one by one
+                self.n_ops, self.n_records, self.activity_at = n_ops, n_records, active
                 self.feed(
                     (
                         rec,
@@ -393,19 +397,20 @@ class RankModel:
                         RetRecord(id=wait_id),
                     )
                 )
+                n_ops, n_records, active = self.n_ops, self.n_records, self.activity_at
                 continue
             if calls:
                 calls.pop(rid, None)
                 calls.pop(wait_id, None)
             if waits:
                 waits.pop(wait_id, None)
-            n_ops = self.n_ops
-            self.n_ops = n_ops + 1
             st = OpState(rec, rank, n_ops, -1, True, True, None, None, n_ops + 1)
+            n_ops += 1
+            active = n_records + 3  # the wait's ret
+            n_records += 4
             model_ops[rid] = st
-            self.activity_at = self.n_records + 3
-            self.n_records += 4
             add_done(st)
+        self.n_ops, self.n_records, self.activity_at = n_ops, n_records, active
 
     def _store_set(self, rec: StoreRecord) -> None:
         """A store call that sets keys (set, add, ...): they exist from now on."""

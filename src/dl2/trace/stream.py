@@ -68,6 +68,12 @@ class _Reader:
         self.errors: list[str] = []
         self.done = False
         self.pending: list[Record] = []  # records read with the header
+        # bytes of the current segment read ahead (with its header): a small trace is
+        # then opened once, not once per chunk (``_buffer_at``: the offset of its first
+        # byte; ``_buffer_end``: it reaches the end of the segment as read then)
+        self._buffer = b""
+        self._buffer_at = 0
+        self._buffer_end = False
         self._open()
         # the first readable segment's header (the trace starts there)
         first = self.readers[0]
@@ -90,16 +96,29 @@ class _Reader:
             size *= 2  # a header longer than the chunk is read again, whole
         assert first.header is not None
         self.header: Header = first.header
+        self._buffer, self._buffer_at, self._buffer_end = data, 0, self._ended
 
     def _open(self) -> None:
         self.readers.append(TraceReader(self.paths[self._index], self.calls))
         self._ended = False
+        self._buffer = b""
 
     def _chunk(self, size: int) -> bytes:
         """The next ``size`` bytes of the current segment after what its reader
         consumed (a partial last line is read again, whole, with the next chunk)."""
         path = self.paths[self._index]
         reader = self.readers[-1]
+        buffer = self._buffer
+        if buffer:
+            start = reader.consumed - self._buffer_at
+            end = start + size
+            if start >= 0 and (end <= len(buffer) or self._buffer_end):
+                data = buffer[start:end]
+                self._ended = self._buffer_end and end >= len(buffer)
+                if end >= len(buffer):
+                    self._buffer = b""
+                return data
+            self._buffer = b""
         try:
             with open(path, "rb") as handle:
                 handle.seek(reader.consumed)

@@ -213,6 +213,21 @@ def test_a_rank_that_crashes_in_teardown_after_its_program_ended_has_still_left(
     assert report.verdict is Verdict.JOB_FAILED
 
 
+def test_a_peer_that_aborted_on_a_mismatch_did_not_orphan_the_wait():
+    # GIVEN a coalesced all_reduce of 8 elements on rank 0 and 12 on rank 1: gloo aborted
+    # rank 0 (size enforce), and rank 1's op then failed ("Connection reset by peer")
+    r0, r1 = ranks(2)
+    r0.call("all_reduce_coalesced", 23, count=8, complete=False)
+    op_id = r1.issue("all_reduce_coalesced", 23, count=12)
+    r1.wait(op_id, err="Connection reset by peer")
+    report = analyze(session([r0, r1], states={0: FAILED, 1: FAILED}))
+    # THEN the mismatch is the one finding: rank 0 did not "leave", it failed on it
+    assert report.verdict is Verdict.DEFECT
+    assert kinds(report) == [FindingKind.COLLECTIVE_MISMATCH]
+    assert report.findings[0].ranks == (0, 1)
+    assert {op.line for op in report.findings[0].ops} == {23}
+
+
 def test_waiting_on_a_crashed_rank_is_a_job_failure():
     r0, r1 = ranks(2)
     r0.call("all_reduce", 10, complete=False)

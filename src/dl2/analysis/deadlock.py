@@ -268,7 +268,11 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
             if op.completed:
                 continue
             clause = clause_for(graph, op)
-            gone = [t for t in (clause.targets if clause else ()) if wfg.status(t).gone]
+            if clause is None or clause.reason == "mismatch":
+                # a mismatched collective: its peers failed on the mismatch itself (gloo
+                # aborts on a size it did not expect); the mismatch finding says it
+                continue
+            gone = [t for t in clause.targets if wfg.status(t).gone]
             if not gone:
                 continue
             states = ", ".join(f"rank {g} {wfg.status(g)}" for g in gone)

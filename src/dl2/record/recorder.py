@@ -79,15 +79,16 @@ class Recorder:
 
     # -- the trace file ---------------------------------------------------------------
 
-    def open(self, rank: int, world_size: int, torch_version: str) -> None:
-        """Open (or keep) this process's trace file for global ``rank``."""
+    def open(self, rank: int, world_size: int, torch_version: str, backend: str = "gloo") -> None:
+        """Open (or keep) this process's trace file for global ``rank`` (``backend``: the
+        default group's, for the header)."""
         writer = self.writer
         if writer is not None and writer.rank == rank and writer.pid == os.getpid():
             return
         if writer is not None:
             writer.close()
         self.writer = writer = TraceWriter(
-            self.run_dir, rank, world_size, "gloo", torch_version, self.emulation()
+            self.run_dir, rank, world_size, backend, torch_version, self.emulation()
         )
         self.fd = writer.fd
         self.enc = None
@@ -241,8 +242,37 @@ class Recorder:
         if enc is not None and self.fd >= 0:
             enc.state_record(t, pending, where, sid)
 
+    def device_wait(self, wid: int, work: Any) -> None:
+        """Wait ``wid`` returned with ``work`` incomplete (a device wait, see
+        :mod:`dl2.record.device`): its ``ret`` is written when the work completes, and the
+        rank's records are held back until then."""
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        from dl2.record.device import DeviceHold
+
+        if isinstance(enc, DeviceHold):
+            enc.device_wait(wid, work)
+            return
+        enc.flush()  # the op and its wait go out now: the rank is seen in the wait
+        self.enc = DeviceHold(self, enc, wid, work)  # type: ignore[assignment]
+
+    @property
+    def holding(self) -> bool:
+        """True while a device wait holds the rank's records back."""
+        enc = self.enc
+        return enc is not None and type(enc).__name__ == "DeviceHold"
+
+    def release(self, force: bool = False) -> None:
+        """Write what a device hold kept back once its wait completed (all of it with
+        ``force``: the rank ends)."""
+        enc: Any = self.enc
+        if enc is not None and type(enc).__name__ == "DeviceHold":
+            enc.release(force)
+
     def end(self, how: str) -> None:
         """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
+        self.release(force=True)
         enc = self.enc
         if not self.active or enc is None:
             return

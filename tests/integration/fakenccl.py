@@ -9,6 +9,11 @@ the stream is idle, as ``torch.cuda.synchronize()`` does.  With ``FAKENCCL_BLOCK
 ``wait()`` blocks until the op is done, as NCCL's does with ``TORCH_NCCL_BLOCKING_WAIT=1``.
 
 Import it in a job and call :func:`register` before creating groups.
+
+:func:`register` also registers "cxxgloo", a custom backend whose creator returns
+torch's own ``ProcessGroupGloo``: torch then builds a C++ ``ProcessGroup`` holding it as
+a CUSTOM backend, which is the shape of an NCCL or mixed group (a C++ group with its
+backends registered per device), with waits that block.
 """
 
 from __future__ import annotations
@@ -124,7 +129,13 @@ def _create(store: Any, rank: int, size: int, timeout: timedelta) -> FakeNcclGro
     return FakeNcclGroup(store, rank, size, timeout)
 
 
+def _create_cxx(store: Any, rank: int, size: int, timeout: timedelta) -> Any:
+    return dist.ProcessGroupGloo(store, rank, size, timeout=timeout)
+
+
 def register() -> None:
-    """Register the "fakenccl" backend (once per process)."""
+    """Register the "fakenccl" and "cxxgloo" backends (once per process)."""
     if NAME.upper() not in dist.Backend._plugins:
         dist.Backend.register_backend(NAME, _create, devices=["cpu"])
+    if "CXXGLOO" not in dist.Backend._plugins:
+        dist.Backend.register_backend("cxxgloo", _create_cxx, devices=["cpu"])

@@ -176,9 +176,9 @@ def wrap_group(recorder: Any, c10d: Any, result: Any, ranks: list[int], gid: str
     """Put a recording group in front of the group torch built (``result``: the helper's
     ``(pg, store)``); returns the helper's result to hand back, torch's own one if
     anything fails."""
-    from dl2.record.pg import DeviceRecordingGroup
-
     import torch.distributed as dist
+
+    from dl2.record.pg import DeviceRecordingGroup
 
     pg, store = result
     if not isinstance(pg, dist.ProcessGroup):

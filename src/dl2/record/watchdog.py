@@ -80,7 +80,7 @@ class Watchdog:
         if writer is None or not rec.active:
             return
         rec.flush()  # a held-back ret (a wait completed, nothing recorded since)
-        if rec.holding:
+        if getattr(rec, "holding", False):
             rec.release()  # a device wait: its ret and what followed, once it completed
             if rec.holding:
                 return  # the rank is seen in that wait: nothing more to say

@@ -111,3 +111,19 @@ def test_a_work_that_cannot_say_holds_nothing() -> None:
     hold.op(11)
     assert rec.enc is enc
     assert _written(enc) == [("ret", 10), ("op", 11)]
+
+
+def test_a_hold_past_its_limit_writes_everything_and_stops_holding(monkeypatch: Any) -> None:
+    from dl2.record import device
+
+    monkeypatch.setattr(device, "HOLD_LIMIT", 3)
+    enc = _Encoder()
+    rec = _Recorder(enc)
+    rec.device_holds = True  # type: ignore[attr-defined]
+    hold = DeviceHold(rec, enc, 10, _Work())
+    rec.enc = hold
+    for oid in range(11, 15):
+        hold.op(oid)
+    assert rec.enc is enc
+    assert rec.device_holds is False  # type: ignore[attr-defined]
+    assert _written(enc) == [("op", 11), ("op", 12), ("op", 13), ("op", 14)]

@@ -27,6 +27,11 @@ from typing import Any
 
 _now = time.monotonic_ns
 
+#: records held at most: past this the hold gives up (all is written, the wait stays
+#: open) and the process holds nothing more, so that a backend whose ``is_completed()``
+#: never turns true costs bounded memory
+HOLD_LIMIT = 200_000
+
 
 class _HeldTail:
     """The proxy's ``tail``: appends are queued behind the held records."""
@@ -96,6 +101,11 @@ class DeviceHold:
                 self._apply(name, args, kwargs)
                 return
             self.queue.append((name, args, kwargs))
+            if len(self.queue) > HOLD_LIMIT:
+                self.recorder.device_holds = False
+                _notice("a device wait held too many records; holding stops for this rank")
+                self.release(force=True)
+                return
             self._poll_release()
 
     def device_wait(self, wid: int, work: Any) -> None:

@@ -70,6 +70,8 @@ class Recorder:
         self.ended = False
         self.local = threading.local()
         self.watchdog: Any = None
+        # False once a device hold gave up (dl2.record.device.HOLD_LIMIT)
+        self.device_holds = True
         # Emulated backend semantics (see dl2.record.emulate): the eager threshold in
         # bytes (-1: sends are gloo's rendezvous sends), the undelivered eager sends, and
         # the fused-batch gate (None: batches are issued op by op, as gloo does).
@@ -251,6 +253,10 @@ class Recorder:
             return
         from dl2.record.device import DeviceHold
 
+        if not self.device_holds:
+            enc.hold_ret(wid, _now(), None)  # holding gave up: as a wait that returned
+            return
+
         if isinstance(enc, DeviceHold):
             enc.device_wait(wid, work)
             return
@@ -300,6 +306,7 @@ class Recorder:
 
     def close(self) -> None:
         """Stop recording and close the file (held-back records are written first)."""
+        self.release(force=True)
         self.flush()
         self.fd = -1
         if self.writer is not None:

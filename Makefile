@@ -7,7 +7,7 @@ BENCH_STAMP := $(VENV)/.dl2-bench-installed
 # `make bench BENCH="--quick"` (or a suite: BENCH="eval --filter send")
 BENCH ?=
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast lint bench gpu-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,5 +45,12 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks $(BENCH)
 
+# dl2 on CUDA tensors, NCCL groups and a Flight Recorder dump (one GPU, < 5 min); skips
+# with a message where there is no CUDA device.  Needs no install: the source tree, torch,
+# msgspec and rich.  Output (log, runs, dumps) under $$OUT, else dl2-gpu-check/.
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
+gpu-check:
+	PYTHONPATH=src $(GPU_PY) benchmarks/gpu_check.py
+
 clean:
-	rm -rf $(VENV) dl2-runs .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) dl2-runs dl2-gpu-check .pytest_cache .mypy_cache .ruff_cache

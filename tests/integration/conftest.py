@@ -38,8 +38,24 @@ def dl2_bin() -> Path:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test under tests/integration starts real processes: mark it so."""
+    """Every test under tests/integration starts real processes: mark it so.  A test
+    marked ``cuda`` is skipped where no CUDA device exists."""
     here = Path(__file__).resolve().parent
+    cuda: bool | None = None
     for item in items:
         if here in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("cuda") is not None:
+            if cuda is None:
+                cuda = _cuda_available()
+            if not cuda:
+                item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False

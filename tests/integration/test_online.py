@@ -61,11 +61,18 @@ def _kill_group(pid: int) -> None:
         pass
 
 
-def dl2_run(dl2_bin: Path, run_dir: Path, args: list[str], timeout: float = RUN_TIMEOUT_S) -> Run:
-    """``dl2 run --run-dir RUN_DIR ARGS``, killed (with what it started) past ``timeout``."""
+def dl2_run(
+    dl2_bin: Path,
+    run_dir: Path,
+    args: list[str],
+    timeout: float = RUN_TIMEOUT_S,
+    env: dict[str, str] | None = None,
+) -> Run:
+    """``dl2 run --run-dir RUN_DIR ARGS``, killed (with what it started) past ``timeout``
+    (``env``: more environment variables for the run)."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = run_dir.parent / f"{run_dir.name}.log"
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))
     started = time.monotonic()
     with log.open("wb") as out:
         proc = subprocess.Popen(

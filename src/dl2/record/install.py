@@ -220,7 +220,9 @@ def _patch(state: _Installed, dist: Any) -> None:
             prepared = None
         if prepared is None:
             return original_helper(*args, **kwargs)
-        call_args, call_kwargs, original_backend = prepared
+        call_args, call_kwargs, original_backend, device = prepared
+        if device is not None:
+            return _device_group(rec, c10d, original_helper, call_args, call_kwargs, device)
         try:
             result = original_helper(*call_args, **call_kwargs)
         finally:
@@ -292,9 +294,11 @@ def _patch(state: _Installed, dist: Any) -> None:
 
 def _prepare_group(
     state: _Installed, c10d: Any, frame: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[tuple[Any, ...], dict[str, Any], Any] | None:
+) -> tuple[tuple[Any, ...], dict[str, Any], Any, _DeviceGroup | None] | None:
     """Record ``newgroup``, stash the caller's stack for ``create_group``, and swap a
-    gloo backend for the recording one.  Returns the arguments to call with."""
+    gloo backend for the recording one.  Returns the arguments to call with, the user's
+    backend when it was swapped, and for any other backend what :func:`_device_group`
+    needs to wrap the group torch builds (None for a rank outside the group)."""
     rec = state.recorder
     signature = state.helper_signature
     if signature is None:
@@ -314,7 +318,78 @@ def _prepare_group(
         my_rank = c10d.GroupMember.WORLD.rank()
         gid = str(arguments.get("group_name")) if my_rank in ranks else None
         rec.newgroup(next(rec.ids), _now(), ranks, gid, stack)
-    return bound.args, bound.kwargs, original_backend
+    device = None
+    if new_backend is None and str(backend).lower() != BACKEND_NAME:
+        device = _device_target(c10d, arguments, ranks, backend)
+    return bound.args, bound.kwargs, original_backend, device
+
+
+class _DeviceGroup:
+    """A group built by torch with a backend other than gloo, to be wrapped."""
+
+    def __init__(self, rank: int, size: int, given: list[int], gid: str, backend: str) -> None:
+        self.rank = rank
+        self.size = size
+        self.given = given
+        self.gid = gid
+        self.backend = backend
+
+
+def _device_target(
+    c10d: Any, arguments: dict[str, Any], ranks: list[int], backend: Any
+) -> _DeviceGroup | None:
+    """What a non-gloo group's wrapper needs, or None when this rank is not a member."""
+    world = c10d.GroupMember.WORLD
+    if ranks and world is not None and world.rank() not in ranks:
+        return None
+    rank = int(arguments.get("group_rank", -1))
+    size = int(arguments.get("group_size", 0))
+    if rank < 0 or size <= 0:
+        return None
+    return _DeviceGroup(rank, size, ranks, str(arguments.get("group_name")), str(backend))
+
+
+def _device_group(
+    rec: Recorder,
+    c10d: Any,
+    helper: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    device: _DeviceGroup,
+) -> Any:
+    """Build a non-gloo group with torch's own helper, recorded around its creation,
+    then put a recording group in front of it (dl2.record.device)."""
+    oid = 0
+    try:
+        from dl2.record.pg import record_create
+
+        if not device.given or c10d.GroupMember.WORLD is None:
+            import torch
+
+            ranks = device.given or list(range(device.size))
+            rec.open(ranks[device.rank], device.size, str(torch.__version__), device.backend)
+        oid = record_create(rec, device.gid, device.rank, device.size, device.given)
+    except Exception:
+        oid = 0
+    try:
+        result = helper(*args, **kwargs)
+    except BaseException as err:
+        if oid:
+            rec.ret(oid, err)
+        raise
+    finally:
+        rec.local.group_ctx = None
+    if oid:
+        rec.ret(oid)
+    if not rec.active:
+        return result
+    try:
+        from dl2.record.device import wrap_group
+
+        return wrap_group(rec, c10d, result, device.given, device.gid)
+    except Exception as err:
+        notice(f"group {device.gid} is not recorded: {err!r}")
+        return result
 
 
 def _restore_backend_name(c10d: Any, result: Any, original_backend: Any) -> None:

@@ -88,6 +88,9 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         recorder: the process's recorder.
     """
 
+    #: a group whose waits may return before the op completes (see dl2.record.device)
+    _dl2_device = False
+
     def __init__(
         self,
         rank: int,
@@ -226,7 +229,9 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
                 pending[oid] = (work, anyranks)
                 if len(pending) >= PRUNE_AT:
                     rec.poll_pending()
-                return RecordedWork(work, oid, rec, anyranks, None, point_to_point)
+                return RecordedWork(
+                    work, oid, rec, anyranks, None, point_to_point, self._dl2_device
+                )
             except Exception:
                 return work
         # A blocking call (asyncOp=False, or c10d's send/recv): the API waits on the work
@@ -251,10 +256,13 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             raise
         blocking.pop(tid, None)
         try:
-            src = source_of(work, anyranks) if anyranks is not None else None
-            enc = rec.enc
-            if enc is not None:
-                enc.tail.append((wid, _now(), src))
+            if self._dl2_device and not _completed(work):
+                rec.device_wait(wid, work)  # the device waits; the ret when it is done
+            else:
+                src = source_of(work, anyranks) if anyranks is not None else None
+                enc = rec.enc
+                if enc is not None:
+                    enc.tail.append((wid, _now(), src))
         except Exception:
             pass
         if point_to_point:
@@ -279,6 +287,113 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
     def recv_anysource(self, *args: Any, **kwargs: Any) -> Any:
         """Record and run ``recv_anysource(tensors, tag)`` (a wildcard recv)."""
         return self._dl2_p2p("recv_anysource", _getframe(1), args, kwargs)
+
+
+class DeviceRecordingGroup(RecordingProcessGroup):
+    """A recording group in front of a group torch built with another backend (NCCL,
+    mixed ``cpu:gloo,cuda:nccl``, a custom one): see :mod:`dl2.record.device`.
+
+    The inner group's backends are registered on this one too, device by device, so C++
+    code that reaches the group through methods the trampoline does not forward, and
+    code that asks ``_get_backend(device)``, gets torch's own backend.
+
+    Args:
+        rank: this process's rank in the group.
+        size: the group's size.
+        inner: the group torch built (calls go here).
+        gid: the group's name.
+        ranks: global rank of each group rank.
+        recorder: the process's recorder.
+    """
+
+    _dl2_device = True
+
+    def __init__(
+        self, rank: int, size: int, inner: Any, gid: str, ranks: list[int], recorder: Recorder
+    ) -> None:
+        dist.ProcessGroup.__init__(self, rank, size)
+        types = dist.ProcessGroup.BackendType
+        default = None
+        for device in list(getattr(inner, "_device_types", None) or ()):
+            try:
+                backend = inner._get_backend(device)
+            except Exception:
+                continue
+            kind = _backend_type(backend)
+            self._register_backend(device, kind, backend)
+            if default is None or kind == types.NCCL:
+                default = kind
+        if default is not None:
+            self._set_default_backend(default)
+        try:
+            self._set_group_name(gid)
+            self._set_group_desc(str(inner.group_desc))
+        except Exception:
+            pass
+        try:
+            self.bound_device_id = inner.bound_device_id
+        except Exception:
+            pass
+        self._dl2_inner = inner
+        self._dl2_backend = None
+        self._dl2_gid = gid
+        self._dl2_gid_json = json_str(gid)
+        self._dl2_ranks = ranks
+        self._dl2_size = size
+        self._dl2_rec = recorder
+        self._dl2_seq = 0
+        self._dl2_p2p_seq: dict[tuple[int | None, str], int] = {}
+        try:
+            self._dl2_name = str(inner.name())
+        except Exception:
+            self._dl2_name = "custom"
+
+    def getBackendName(self) -> str:
+        """The inner group's backend name ("nccl", ...)."""
+        return self._dl2_name
+
+
+def _backend_type(backend: Any) -> Any:
+    """The ``ProcessGroup.BackendType`` of a backend object."""
+    types = dist.ProcessGroup.BackendType
+    name = type(backend).__name__
+    for kind, label in ((types.NCCL, "NCCL"), (types.GLOO, "Gloo"), (types.UCC, "UCC")):
+        if label in name:
+            return kind
+    if "XCCL" in name and hasattr(types, "XCCL"):
+        return types.XCCL
+    return types.CUSTOM
+
+
+def _completed(work: Any) -> bool:
+    """Whether a work is complete (a work that cannot say is taken as complete)."""
+    try:
+        return bool(work.is_completed())
+    except Exception:
+        return True
+
+
+def record_create(recorder: Recorder, gid: str, rank: int, size: int, given: list[int]) -> int:
+    """Open the trace at the default group and record a ``create_group`` op; its id, or 0
+    when nothing was recorded."""
+    ranks = given or list(range(size))
+    try:
+        c10d = dist.distributed_c10d
+        if not given or c10d.GroupMember.WORLD is None:
+            recorder.open(ranks[rank], size, str(torch.__version__))
+        if not recorder.active:
+            return 0
+        ctx = getattr(recorder.local, "group_ctx", None)
+        api, stack = ctx if ctx is not None else capture(_getframe(2))
+        oid = next(recorder.ids)
+        fields = ranks_field(ranks)
+        recorder.op(
+            oid, _now(), _tid(), gid, json_str(gid), None, "create_group", api, fields,
+            False, stack, ranks=ranks,
+        )  # fmt: skip
+        return oid
+    except Exception:
+        return 0
 
 
 def _capture_p2p(frame: Any) -> tuple[str | None, int, bool]:
@@ -357,9 +472,12 @@ def _make_collective(method: str, op: str, describe: Describer) -> Callable[...,
             raise
         blocking.pop(tid, None)
         try:
-            enc = rec.enc
-            if enc is not None:
-                enc.tail.append((wid, _now(), None))
+            if self._dl2_device and not _completed(work):
+                rec.device_wait(wid, work)  # the device waits; the ret when it is done
+            else:
+                enc = rec.enc
+                if enc is not None:
+                    enc.tail.append((wid, _now(), None))
         except Exception:
             pass
         return work
@@ -390,22 +508,7 @@ def create_group(recorder: Recorder, dist_opts: Any, backend_options: Any) -> An
     gid = str(dist_opts.group_id)
     given = [int(r) for r in dist_opts.global_ranks_in_group]
     ranks = given or list(range(size))
-    oid = 0
-    try:
-        c10d = dist.distributed_c10d
-        if not given or c10d.GroupMember.WORLD is None:
-            recorder.open(ranks[rank], size, str(torch.__version__))
-        if recorder.active:
-            ctx = getattr(recorder.local, "group_ctx", None)
-            api, stack = ctx if ctx is not None else capture(_getframe(1))
-            oid = next(recorder.ids)
-            fields = ranks_field(ranks)
-            recorder.op(
-                oid, _now(), _tid(), gid, json_str(gid), None, "create_group", api, fields,
-                False, stack, ranks=ranks,
-            )  # fmt: skip
-    except Exception:
-        oid = 0
+    oid = record_create(recorder, gid, rank, size, given)
     try:
         backend = ProcessGroupGloo(store, rank, size, timeout=dist_opts.timeout)
         backend.options.global_ranks_in_group = given

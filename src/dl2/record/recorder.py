@@ -70,6 +70,8 @@ class Recorder:
         self.ended = False
         self.local = threading.local()
         self.watchdog: Any = None
+        # False once a device hold gave up (dl2.record.device.HOLD_LIMIT)
+        self.device_holds = True
         # Emulated backend semantics (see dl2.record.emulate): the eager threshold in
         # bytes (-1: sends are gloo's rendezvous sends), the undelivered eager sends, and
         # the fused-batch gate (None: batches are issued op by op, as gloo does).
@@ -79,15 +81,16 @@ class Recorder:
 
     # -- the trace file ---------------------------------------------------------------
 
-    def open(self, rank: int, world_size: int, torch_version: str) -> None:
-        """Open (or keep) this process's trace file for global ``rank``."""
+    def open(self, rank: int, world_size: int, torch_version: str, backend: str = "gloo") -> None:
+        """Open (or keep) this process's trace file for global ``rank`` (``backend``: the
+        default group's, for the header)."""
         writer = self.writer
         if writer is not None and writer.rank == rank and writer.pid == os.getpid():
             return
         if writer is not None:
             writer.close()
         self.writer = writer = TraceWriter(
-            self.run_dir, rank, world_size, "gloo", torch_version, self.emulation()
+            self.run_dir, rank, world_size, backend, torch_version, self.emulation()
         )
         self.fd = writer.fd
         self.enc = None
@@ -241,8 +244,41 @@ class Recorder:
         if enc is not None and self.fd >= 0:
             enc.state_record(t, pending, where, sid)
 
+    def device_wait(self, wid: int, work: Any) -> None:
+        """Wait ``wid`` returned with ``work`` incomplete (a device wait, see
+        :mod:`dl2.record.device`): its ``ret`` is written when the work completes, and the
+        rank's records are held back until then."""
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        from dl2.record.device import DeviceHold
+
+        if not self.device_holds:
+            enc.hold_ret(wid, _now(), None)  # holding gave up: as a wait that returned
+            return
+
+        if isinstance(enc, DeviceHold):
+            enc.device_wait(wid, work)
+            return
+        enc.flush()  # the op and its wait go out now: the rank is seen in the wait
+        self.enc = DeviceHold(self, enc, wid, work)  # type: ignore[assignment]
+
+    @property
+    def holding(self) -> bool:
+        """True while a device wait holds the rank's records back."""
+        enc = self.enc
+        return enc is not None and type(enc).__name__ == "DeviceHold"
+
+    def release(self, force: bool = False) -> None:
+        """Write what a device hold kept back once its wait completed (all of it with
+        ``force``: the rank ends)."""
+        enc: Any = self.enc
+        if enc is not None and type(enc).__name__ == "DeviceHold":
+            enc.release(force)
+
     def end(self, how: str) -> None:
         """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
+        self.release(force=True)
         enc = self.enc
         if not self.active or enc is None:
             return
@@ -270,6 +306,7 @@ class Recorder:
 
     def close(self) -> None:
         """Stop recording and close the file (held-back records are written first)."""
+        self.release(force=True)
         self.flush()
         self.fd = -1
         if self.writer is not None:

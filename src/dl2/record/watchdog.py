@@ -11,6 +11,10 @@ first poll (a loop spinning on them).  The thread watched is the one that issued
 last op (at first, the main thread).  A state identical to the last one, with no
 activity in between, is not written again.
 
+While a device wait holds the rank's records back (:mod:`dl2.record.device`), each tick
+first releases what it can (the wait's op seen complete) and says nothing more while the
+hold lasts: the trace shows the rank in that wait.
+
 Activity is read from the trace file's size (one ``fstat`` per tick), so recording an
 op costs nothing extra for the watchdog's sake.
 
@@ -80,6 +84,10 @@ class Watchdog:
         if writer is None or not rec.active:
             return
         rec.flush()  # a held-back ret (a wait completed, nothing recorded since)
+        if getattr(rec, "holding", False):
+            rec.release()  # a device wait: its ret and what followed, once it completed
+            if rec.holding:
+                return  # the rank is seen in that wait: nothing more to say
         now = time.monotonic_ns()
         size = writer.size()
         if size != self._last_size:

@@ -114,10 +114,13 @@ class RecordedWork(ForwardingWork):
             the result its wait() returns again without waiting.
         p2p: a send or receive: dropped by its owner before it completed, it is let go
             (see :meth:`__del__`).
+        device: the work of a group whose ``wait()`` may return before the op completes
+            (:mod:`dl2.record.device`): such a wait's ``ret`` waits for completion.
     """
 
     __slots__ = (
         "_dl2_anyranks",
+        "_dl2_device",
         "_dl2_oid",
         "_dl2_p2p",
         "_dl2_poll_stack",
@@ -133,8 +136,10 @@ class RecordedWork(ForwardingWork):
         anyranks: list[int] | None,
         waited: bool | None = None,
         p2p: bool = False,
+        device: bool = False,
     ) -> None:
         _work_init(self)
+        self._dl2_device = device
         self._dl2_work = inner
         self._dl2_oid = oid
         self._dl2_rec = recorder
@@ -188,6 +193,9 @@ class RecordedWork(ForwardingWork):
             raise
         rec.pending.pop(self._dl2_oid, None)
         anyranks = self._dl2_anyranks
+        if self._dl2_device and not _completed(inner):
+            rec.device_wait(wid, inner)  # the device waits; the ret when it is done
+            return bool(ok)
         rec.ret_later(wid, source_of(inner, anyranks) if anyranks is not None else None)
         return bool(ok)
 
@@ -210,6 +218,13 @@ class RecordedWork(ForwardingWork):
         except Exception:
             pass
         return completed
+
+
+def _completed(work: Any) -> bool:
+    try:
+        return bool(work.is_completed())
+    except Exception:
+        return True
 
 
 class EagerWork(dist.Work):  # type: ignore[misc]

@@ -102,7 +102,7 @@ def _load_one(browser: Any, case: Case, path: Path) -> dict[str, Any]:
             target = page.locator("details.members").first
             result["opens_on_click"] = target.evaluate("d => d.open")
         page.screenshot(path=str(OUT / f"{case.name}.png"), full_page=True)
-    except Exception as err:  # noqa: BLE001 - one broken page is one failed case
+    except Exception as err:
         errors.append(f"load: {err}")
     finally:
         page.close()
@@ -126,20 +126,31 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     workdir = OUT / "runs"
     workdir.mkdir(exist_ok=True)
-    cases = [c for c in discover((CASES_DIR,)) if not args.filter or any(f in c.name for f in args.filter)]
+    cases = [
+        c
+        for c in discover((CASES_DIR,))
+        if not args.filter or any(f in c.name for f in args.filter)
+    ]
     start = time.monotonic()
     print(f"browser check: {len(cases)} cases of {CASES_DIR}, run directories in {workdir}")
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        pages = list(pool.map(lambda c: (c, _page_of(c, workdir, args.fresh, args.rerender)), cases))
+        pages = list(
+            pool.map(lambda c: (c, _page_of(c, workdir, args.fresh, args.rerender)), cases)
+        )
     results = _load_all(pages)
     failed = [r for r in results if r["errors"]]
     sizes = sorted((r for r in results if r["bytes"]), key=lambda r: -r["bytes"])
     summary = {
         "cases": len(cases),
-        "loaded": sum(1 for r in results if r["bytes"] is not None and not any(
-            e.startswith("load:") for e in r["errors"])),
+        "loaded": sum(
+            1
+            for r in results
+            if r["bytes"] is not None and not any(e.startswith("load:") for e in r["errors"])
+        ),
         "failed": len(failed),
-        "console_errors": sum(1 for r in results for e in r["errors"] if e.startswith(("console", "script"))),
+        "console_errors": sum(
+            1 for r in results for e in r["errors"] if e.startswith(("console", "script"))
+        ),
         "largest": [(r["case"], r["bytes"]) for r in sizes[:3]],
         "seconds": round(time.monotonic() - start, 1),
         "results": results,

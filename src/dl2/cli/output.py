@@ -88,7 +88,7 @@ def write_html_quietly(report: Report, path: Path, graph: ExecutionGraph | None)
     renderer) is one line on stderr, never an error of the job's run; True if written."""
     try:
         write_html(report, path, graph)
-    except Exception as err:  # noqa: BLE001 - the page is a by-product: dl2 run goes on
+    except Exception as err:
         reason = str(err) or type(err).__name__
         notice(f"{path.name} not written: {reason}")
         return False

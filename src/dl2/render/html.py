@@ -22,6 +22,7 @@ imported when a page is rendered, so ``import dl2.render`` stays light.
 
 from __future__ import annotations
 
+import importlib.util as importlib_util
 import math
 from collections.abc import Iterable
 from collections.abc import Mapping
@@ -81,9 +82,7 @@ _RECVS = frozenset({"recv", "irecv"})
 
 def html_available() -> str | None:
     """None when the ``html`` extra is installed, else the one-line reason it is not."""
-    import importlib.util
-
-    missing = [m for m in EXTRA_MODULES if importlib.util.find_spec(m) is None]
+    missing = [m for m in EXTRA_MODULES if importlib_util.find_spec(m) is None]
     if not missing:
         return None
     return f"the HTML report needs the 'html' extra ({', '.join(missing)} missing): {EXTRA_HINT}"
@@ -105,7 +104,8 @@ def render_html(report: Report, graph: ExecutionGraph | None = None) -> str:
     if missing is not None:
         raise ConfigError(missing)
     page = build_page(report, graph)
-    return _template().render(page=page)
+    text: str = _template().render(page=page)
+    return text
 
 
 class HtmlRenderer(Renderer):
@@ -471,7 +471,9 @@ def _wait_for_graph(page: Page, report: Report) -> None:
         )
 
 
-def _node(index: int, members: list[RankState], cycle: frozenset[int], dead: frozenset[int]) -> Node:
+def _node(
+    index: int, members: list[RankState], cycle: frozenset[int], dead: frozenset[int]
+) -> Node:
     first = members[0]
     ranks = tuple(s.rank for s in members)
     runs = ",".join(rank_runs(ranks))
@@ -515,7 +517,7 @@ def _clip(text: str, limit: int = MAX_LABEL) -> str:
 def _layout(nodes: list[Node], pairs: list[tuple[str, str]], cycle: list[str]) -> None:
     """Place the nodes: those with waits by a spring layout (networkx), the cycle's
     nodes pinned on a circle first; nodes without any wait in rows below."""
-    import networkx as nx
+    import networkx as nx  # type: ignore[import-untyped]
 
     linked = {a for pair in pairs for a in pair}
     graph = nx.DiGraph()
@@ -571,7 +573,9 @@ def _scale(pos: Mapping[str, tuple[float, float]], nodes: Mapping[str, Node]) ->
             need_x = (nodes[a].w + nodes[b].w) / 2 + _GAP
             need_y = _NODE_H + _GAP
             dx, dy = abs(ax - bx), abs(ay - by)
-            fits = min(need_x / dx if dx > 1e-6 else math.inf, need_y / dy if dy > 1e-6 else math.inf)
+            fits = min(
+                need_x / dx if dx > 1e-6 else math.inf, need_y / dy if dy > 1e-6 else math.inf
+            )
             scale = max(scale, min(fits, 900.0))
     return scale
 
@@ -651,7 +655,6 @@ def _divergence(report: Report, graph: ExecutionGraph | None) -> Divergence | No
     slot = _first_divergent_slot(graph) if graph is not None else None
     if slot is not None:
         return _slot_divergence(slot, graph)  # type: ignore[arg-type]
-    cycle, _ = _deadlock_sets(report)
     states = {s.rank: s for s in report.ranks}
     for f in report.findings:
         if f.kind is FindingKind.DEADLOCK and f.cycle:
@@ -666,7 +669,9 @@ def _divergence(report: Report, graph: ExecutionGraph | None) -> Divergence | No
     for f in report.findings:
         if len({op.rank for op in f.ops}) >= 2:
             refs = [(op.rank, op) for op in f.ops]
-            return _columns(f"The ops of the first finding ({f.kind.value})", f.message, refs, "diverge")
+            return _columns(
+                f"The ops of the first finding ({f.kind.value})", f.message, refs, "diverge"
+            )
     return None
 
 
@@ -703,9 +708,9 @@ def _columns(
     groups: dict[tuple[object, ...], list[int]] = {}
     ops: dict[tuple[object, ...], OpRef | None] = {}
     for rank, op in refs:
-        key = (
-            (op_label(op), op.detail, _where(op), op.api) if op is not None else ("(not issued)",)
-        )
+        key: tuple[object, ...] = ("(not issued)",)
+        if op is not None:
+            key = (op_label(op), op.detail, _where(op), op.api)
         groups.setdefault(key, []).append(rank)
         ops.setdefault(key, op)
     columns = []
@@ -769,7 +774,12 @@ def _timeline(page: Page, report: Report, graph: ExecutionGraph | None) -> None:
             earlier = ops[0].index if ops else 0
             end = _end_text(states.get(rank))
             css = _node_css(states[rank], frozenset(cycle), deadlocked) if rank in states else ""
-            key = (tuple((c.label, c.css, c.title.split(" · ", 1)[-1]) for c in chips), end, css, earlier)
+            key: tuple[object, ...] = (
+                tuple((c.label, c.css, c.title.split(" · ", 1)[-1]) for c in chips),
+                end,
+                css,
+                earlier,
+            )
             _add_row(rows, key, rank, chips, earlier, end, css)
     else:
         page.timeline_title = "Where each rank stopped"
@@ -779,7 +789,11 @@ def _timeline(page: Page, report: Report, graph: ExecutionGraph | None) -> None:
             if s.op is not None:
                 chips = (_ref_chip(s.op, "stuck" if s.status is RankStatus.BLOCKED else "done"),)
             css = _node_css(s, frozenset(cycle), deadlocked)
-            key = (tuple((c.label, c.css, c.title.split(" · ", 1)[-1]) for c in chips), s.status, css)
+            key = (
+                tuple((c.label, c.css, c.title.split(" · ", 1)[-1]) for c in chips),
+                s.status,
+                css,
+            )
             _add_row(rows, key, s.rank, chips, 0, _end_text(s), css)
     ordered = sorted(rows.values(), key=lambda item: (not (set(item[0]) & involved), item[0][0]))
     kept = sorted(ordered[:MAX_ROWS], key=lambda item: item[0][0])

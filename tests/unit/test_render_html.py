@@ -117,7 +117,7 @@ def test_built_trace_shows_timeline_with_stuck_ops_and_divergence() -> None:
     assert len(rows) == 2
     for row in rows:
         chips = row.xpath("./span[contains(@class, 'chip')]")
-        assert [c.text_content() for c in chips][0] == "all_reduce #0"
+        assert chips[0].text_content() == "all_reduce #0"
         assert "stuck" in chips[-1].get("class").split()
         assert all("stuck" not in c.get("class").split() for c in chips[:-1])
     # and the cycle's stuck ops side by side

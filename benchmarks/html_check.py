@@ -95,13 +95,15 @@ def _load_one(browser: Any, case: Case, path: Path) -> dict[str, Any]:
         result["verdict"] = page.inner_text("#verdict")
         result["nodes"] = page.locator("svg.wfg g.node").count()
         result["cycle_edges"] = page.locator("svg.wfg g.edge.cycle").count()
-        # a folded node opens when it is clicked (its <details> below the graph)
+        page.screenshot(path=str(OUT / f"{case.name}.png"), full_page=True)
+        # a node's ranks unfold when it is clicked (its <details> below the graph)
         links = page.locator("svg.wfg a.nlink")
         if links.count():
-            links.first.click()
-            target = page.locator("details.members").first
+            links.last.click()
+            target = page.locator("details.members").last
             result["opens_on_click"] = target.evaluate("d => d.open")
-        page.screenshot(path=str(OUT / f"{case.name}.png"), full_page=True)
+            if not result["opens_on_click"]:
+                errors.append("clicking a node did not unfold its ranks")
     except Exception as err:
         errors.append(f"load: {err}")
     finally:

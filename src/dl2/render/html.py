@@ -262,6 +262,14 @@ class Page:
     more_warnings: int = 0
     legend: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def cycle_edges(self) -> bool:
+        return any(e.css.startswith("cycle") for e in self.edges)
+
+    @property
+    def any_edges(self) -> bool:
+        return any(e.css.endswith(" any") for e in self.edges)
+
 
 def build_page(report: Report, graph: ExecutionGraph | None = None) -> Page:
     """The page's data: what each section shows, laid out, still unescaped."""
@@ -279,7 +287,8 @@ def build_page(report: Report, graph: ExecutionGraph | None = None) -> Page:
     page.more_findings = max(0, len(report.findings) - MAX_FINDINGS)
     page.warnings = report.warnings[:MAX_WARNINGS]
     page.more_warnings = max(0, len(report.warnings) - MAX_WARNINGS)
-    page.legend = _LEGEND
+    shown = {n.css for n in page.nodes}
+    page.legend = tuple((css, text) for css, text in _LEGEND if css in shown)
     return page
 
 
@@ -423,7 +432,7 @@ def _wait_for_graph(page: Page, report: Report) -> None:
                 waits.setdefault((node_of[s.rank].id, node_of[target].id), []).append(s)
     by_id = {n.id: n for n in nodes}
     cycle_pairs = {(cycle[i], cycle[(i + 1) % len(cycle)]) for i in range(len(cycle))}
-    _layout(nodes, list(waits), [node_of[r].id for r in cycle if r in node_of])
+    _layout(nodes, list(waits), [node_of[r].id for r in cycle if r in node_of], bool(waits))
     styled = []
     for (src_id, dst_id), sources in waits.items():
         src, dst = by_id[src_id], by_id[dst_id]
@@ -514,9 +523,12 @@ def _clip(text: str, limit: int = MAX_LABEL) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _layout(nodes: list[Node], pairs: list[tuple[str, str]], cycle: list[str]) -> None:
+def _layout(
+    nodes: list[Node], pairs: list[tuple[str, str]], cycle: list[str], labelled: bool
+) -> None:
     """Place the nodes: those with waits by a spring layout (networkx), the cycle's
-    nodes pinned on a circle first; nodes without any wait in rows below."""
+    nodes pinned on a circle first; nodes without any wait in rows below.  With
+    ``labelled`` edges, nodes keep room for a label between them."""
     import networkx as nx  # type: ignore[import-untyped]
 
     linked = {a for pair in pairs for a in pair}
@@ -540,7 +552,7 @@ def _layout(nodes: list[Node], pairs: list[tuple[str, str]], cycle: list[str]) -
             placed = nx.spring_layout(graph, seed=7)
         pos = {k: (float(v[0]), float(v[1])) for k, v in placed.items()}
     by_id = {n.id: n for n in nodes}
-    scale = _scale(pos, by_id)
+    scale = _scale(pos, by_id, labelled)
     scaled = {k: (x * scale, -y * scale) for k, (x, y) in pos.items()}
     left = min([x - by_id[k].w / 2 for k, (x, _) in scaled.items()] or [0.0])
     top = min([y - _NODE_H / 2 for y in (y for _, y in scaled.values())] or [0.0])
@@ -564,14 +576,18 @@ def _layout(nodes: list[Node], pairs: list[tuple[str, str]], cycle: list[str]) -
         x += node.w + 24
 
 
-def _scale(pos: Mapping[str, tuple[float, float]], nodes: Mapping[str, Node]) -> float:
+def _scale(
+    pos: Mapping[str, tuple[float, float]], nodes: Mapping[str, Node], labelled: bool
+) -> float:
     """The factor from layout units to SVG units that keeps every pair of nodes apart."""
     items = list(pos.items())
     scale = 160.0
+    gap_x = _GAP + (120.0 if labelled else 0.0)
+    gap_y = _GAP + (30.0 if labelled else 0.0)
     for i, (a, (ax, ay)) in enumerate(items):
         for b, (bx, by) in items[i + 1 :]:
-            need_x = (nodes[a].w + nodes[b].w) / 2 + _GAP
-            need_y = _NODE_H + _GAP
+            need_x = (nodes[a].w + nodes[b].w) / 2 + gap_x
+            need_y = _NODE_H + gap_y
             dx, dy = abs(ax - bx), abs(ay - by)
             fits = min(
                 need_x / dx if dx > 1e-6 else math.inf, need_y / dy if dy > 1e-6 else math.inf
@@ -654,7 +670,7 @@ def _border(node: Node, tx: float, ty: float, pad: float = 0.0) -> tuple[float, 
 def _divergence(report: Report, graph: ExecutionGraph | None) -> Divergence | None:
     slot = _first_divergent_slot(graph) if graph is not None else None
     if slot is not None:
-        return _slot_divergence(slot, graph)  # type: ignore[arg-type]
+        return _slot_divergence(slot, {s.rank: s for s in report.ranks})
     states = {s.rank: s for s in report.ranks}
     for f in report.findings:
         if f.kind is FindingKind.DEADLOCK and f.cycle:
@@ -690,7 +706,7 @@ def _first_divergent_slot(graph: ExecutionGraph) -> CollectiveSlot | None:
     return best[1] if best is not None else None
 
 
-def _slot_divergence(slot: CollectiveSlot, graph: ExecutionGraph) -> Divergence:
+def _slot_divergence(slot: CollectiveSlot, states: Mapping[int, RankState]) -> Divergence:
     refs: list[tuple[int, OpRef | None]] = [(r, _op_ref(op)) for r, op in sorted(slot.ops.items())]
     refs.extend((r, None) for r in slot.missing)
     refs.sort(key=lambda item: item[0])
@@ -699,32 +715,40 @@ def _slot_divergence(slot: CollectiveSlot, graph: ExecutionGraph) -> Divergence:
         note = f"The members disagree on {', '.join(slot.differing)}."
     else:
         note = f"{ranks_phrase(slot.missing)} never issued it."
-    return _columns(f"First divergence: {what}", note, refs, "diverge")
+    return _columns(f"First divergence: {what}", note, refs, "diverge", states)
 
 
 def _columns(
-    title: str, note: str, refs: Sequence[tuple[int, OpRef | None]], css: str
+    title: str,
+    note: str,
+    refs: Sequence[tuple[int, OpRef | None]],
+    css: str,
+    states: Mapping[int, RankState] | None = None,
 ) -> Divergence:
+    """Columns of the ranks' ops (None: not issued, with where the rank is instead)."""
+    states = states or {}
     groups: dict[tuple[object, ...], list[int]] = {}
     ops: dict[tuple[object, ...], OpRef | None] = {}
     for rank, op in refs:
-        key: tuple[object, ...] = ("(not issued)",)
         if op is not None:
-            key = (op_label(op), op.detail, _where(op), op.api)
+            key: tuple[object, ...] = (op_label(op), op.detail, _where(op), op.api)
+        else:
+            state = states.get(rank)
+            instead = state.op if state is not None else None
+            status = state.status.value if state is not None else ""
+            key = ("(not issued)", status, op_label(instead) if instead else "", _where(instead))
         groups.setdefault(key, []).append(rank)
         ops.setdefault(key, op)
     columns = []
     for key, ranks in sorted(groups.items(), key=lambda kv: min(kv[1])):
         op = ops[key]
-        columns.append(
-            Column(
-                title=ranks_phrase(ranks),
-                op=op_label(op) if op is not None else "not issued",
-                detail=op.detail if op is not None else "",
-                location=_where(op) if op is not None else "",
-                css=css if op is not None else "missing",
-            )
-        )
+        if op is not None:
+            column = Column(ranks_phrase(ranks), op_label(op), op.detail, _where(op), css)
+        else:
+            status, instead_op, where = (str(part) for part in key[1:])
+            detail = f"instead: {status} in {instead_op}" if instead_op else f"instead: {status}"
+            column = Column(ranks_phrase(ranks), "not issued", detail, where, "missing")
+        columns.append(column)
     return Divergence(title, note, tuple(columns[:MAX_COLUMNS]), max(0, len(columns) - MAX_COLUMNS))
 
 
@@ -866,6 +890,8 @@ def _ref_chip(ref: OpRef, state: str) -> Chip:
 
 
 def _short_label(ref: OpRef) -> str:
+    if ref.op == "create_group":
+        return _clip(f"new_group {ref.group}", 22)
     if ref.op.startswith("store_"):
         return _clip(op_label(ref), 22)
     if ref.op in _SENDS:

@@ -21,6 +21,7 @@ from dl2.render.console import headline
 from dl2.render.html import render_html
 from dl2.report import FindingKind
 from dl2.report import Report
+from dl2.trace.session import FAILED
 from trace_builders import ranks
 from trace_builders import session
 from trace_builders import write_run_dir
@@ -266,3 +267,22 @@ def test_a_failing_page_is_one_warning_and_no_file(
     assert written is False and not path.exists()
     err = capsys.readouterr().err
     assert err == "dl2: report.html not written: boom\n"
+
+
+def test_a_rank_that_failed_inside_a_call_is_not_marked_stuck() -> None:
+    # GIVEN rank 0 dead inside its send, rank 1 blocked in its receive from rank 2
+    r0, r1, r2 = ranks(3)
+    r0.call("send", 10, peer=2, complete=False)
+    r1.call("recv", 20, peer=2, complete=False)
+    s = session([r0, r1, r2.end()], states={0: FAILED})
+    graph = build_execution_graph(s)
+    rep = analyze(s, graph=graph)
+    assert {st.rank: st.status.value for st in rep.ranks}[0] == "failed"
+    # WHEN drawn
+    doc = parse(render_html(rep, graph))
+    # THEN only rank 1's op is stuck
+    rows = doc.xpath("//div[@class='tl']/div[contains(@class, 'ops')]")
+    last = [
+        row.xpath("./span")[-1].get("class").split() if row.xpath("./span") else [] for row in rows
+    ]
+    assert "stuck" not in last[0] and "stuck" in last[1], last

@@ -793,7 +793,11 @@ def _timeline(page: Page, report: Report, graph: ExecutionGraph | None) -> None:
         for rank in graph.traced:
             timeline = graph.timelines[rank]
             ops = timeline.ops[-MAX_OPS:]
-            stuck = {(o.rank, o.id) for o in timeline.blocked.ops} if timeline.blocked else set()
+            # a rank that ended (failed, exited) is not stuck, whatever call it ended in
+            state = states.get(rank)
+            ended = state is not None and state.status.gone
+            blocked = timeline.blocked if not ended else None
+            stuck = {(o.rank, o.id) for o in blocked.ops} if blocked else set()
             chips = tuple(_chip(op, stuck, diverge) for op in ops)
             earlier = ops[0].index if ops else 0
             end = _end_text(states.get(rank))
@@ -854,10 +858,10 @@ def _end_text(state: RankState | None) -> str:
 
 def _chip(op: Op, stuck: set[tuple[int, int]], diverge: set[tuple[int, int]]) -> Chip:
     key = (op.rank, op.id)
-    if key in stuck:
-        state = "stuck"
-    elif op.error is not None:
+    if op.error is not None:
         state = "failed"
+    elif key in stuck:
+        state = "stuck"
     elif op.completed or op.eager:
         state = "done"
     else:

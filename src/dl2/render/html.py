@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import importlib.util as importlib_util
 import math
-from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -474,10 +473,11 @@ def _wait_for_graph(page: Page, report: Report) -> None:
     page.width, page.height = right + _MARGIN, bottom + _MARGIN
     folded = len(nodes) < len(states)
     if folded:
-        page.graph_note = (
+        folding = (
             f"{len(states)} ranks in {len(nodes)} nodes: ranks in the same state share one; "
             "click a node (or its row below) to list its ranks."
         )
+        page.graph_note = f"{folding} {page.graph_note}".strip()
 
 
 def _node(
@@ -976,8 +976,3 @@ def _template() -> Any:
         )
         _TEMPLATE = env.get_template("report.html.j2")
     return _TEMPLATE
-
-
-def ranks_of(nodes: Iterable[Node]) -> list[int]:
-    """Every rank the nodes stand for, ascending (for tests and callers)."""
-    return sorted(r for n in nodes for r in n.ranks)

@@ -7,7 +7,7 @@ BENCH_STAMP := $(VENV)/.dl2-bench-installed
 # `make bench BENCH="--quick"` (or a suite: BENCH="eval --filter send")
 BENCH ?=
 
-.PHONY: install demo test test-fast lint bench gpu-check clean
+.PHONY: install demo test test-fast lint bench gpu-check browser-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,6 +51,15 @@ bench: $(BENCH_STAMP)
 GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PY))
 gpu-check:
 	PYTHONPATH=src $(GPU_PY) benchmarks/gpu_check.py
+
+# Every benchmark case's report.html loaded in headless Chromium (Debian's package, not a
+# downloaded build): fails on any console error; screenshots in benchmarks/results/html/.
+# Not part of `make test`: CI needs no browser. BROWSER_CHECK="--filter send --fresh"
+BROWSER_CHECK ?=
+browser-check: $(STAMP)
+	test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
+	$(BIN)/python -m pip install -q -e '.[dev,browser]'
+	OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.html_check $(BROWSER_CHECK)
 
 clean:
 	rm -rf $(VENV) dl2-runs dl2-gpu-check .pytest_cache .mypy_cache .ruff_cache

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dl2.errors import Dl2Error
+from dl2.notice import notice
 from dl2.render import get_renderer
 from dl2.render import write_report
 from dl2.report import Report
@@ -19,6 +20,10 @@ from dl2.report import Verdict
 
 if TYPE_CHECKING:
     from dl2.live.monitor import Outcome
+    from dl2.model.execution_graph import ExecutionGraph
+
+#: the HTML report ``dl2 run`` writes beside ``report.json``
+REPORT_HTML = "report.html"
 
 
 def emit(
@@ -45,7 +50,8 @@ def conclude(
     The monitor's notes and ``stop_notes[outcome.reason]`` (why dl2 stopped the job)
     become warnings; a job that failed or was stopped is never ``ok`` (``hang`` when
     dl2's hang timeout stopped it, else ``job-failed``).  The report is
-    printed, written to ``json_path`` if given and always to ``run_dir/report.json``.
+    printed, written to ``json_path`` if given and always to ``run_dir/report.json``,
+    and drawn in ``run_dir/report.html`` (:func:`write_html_quietly`).
     """
     why = stop_notes.get(outcome.reason)
     extra = [*outcome.notes, *([why] if why is not None else [])]
@@ -62,7 +68,31 @@ def conclude(
         write_report(get_renderer("json"), report, str(run_dir / "report.json"))
     except Dl2Error:
         pass  # the run directory went away; the report was printed already
+    write_html_quietly(report, run_dir / REPORT_HTML, outcome.graph)
     return report
+
+
+def write_html(report: Report, path: str | Path, graph: ExecutionGraph | None = None) -> None:
+    """Render the HTML report and write it to ``path`` (``dl2 analyze --html``).
+
+    Raises:
+        ConfigError: the ``html`` extra is missing.  Dl2Error: the file cannot be written.
+    """
+    from dl2.render.html import HtmlRenderer
+
+    write_report(HtmlRenderer(graph=graph), report, str(path))
+
+
+def write_html_quietly(report: Report, path: Path, graph: ExecutionGraph | None) -> bool:
+    """:func:`write_html`, but a failure (the extra missing, a full disk, a bug in the
+    renderer) is one line on stderr, never an error of the job's run; True if written."""
+    try:
+        write_html(report, path, graph)
+    except Exception as err:
+        reason = str(err) or type(err).__name__
+        notice(f"{path.name} not written: {reason}")
+        return False
+    return True
 
 
 def exit_status(outcome: Outcome, report: Report) -> int:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 
 from dl2.analysis import analyze
@@ -52,6 +53,9 @@ from dl2.trace.session import FAILED
 from dl2.trace.session import KILLED
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
+
+if TYPE_CHECKING:
+    from dl2.model.execution_graph import ExecutionGraph
 
 ON_DEADLOCK = ("abort", "report", "wait")
 
@@ -113,6 +117,8 @@ class Outcome:
         deadlocked: the deadlock set proven live (reason "deadlock").
         states: every rank's process state at the end (ALIVE: stopped by dl2).
         quiet: seconds since each rank's last progress, at the end.
+        graph: the execution graph of the traces as last read (for the HTML report's
+            timeline); nothing reads the traces after it was taken.
     """
 
     report: Report | None
@@ -126,6 +132,7 @@ class Outcome:
     deadlocked: tuple[int, ...] = ()
     states: Mapping[int, str] | None = None
     quiet: Mapping[int, float] | None = None
+    graph: ExecutionGraph | None = None
 
 
 class Monitor:
@@ -411,6 +418,7 @@ class Monitor:
             verdict_wall_time=wall,
             notes=tuple(self.notes),
             deadlocked=tuple(sorted(deadlocked)),
+            graph=self.tailer.model.graph(),
         )
 
     def _hang_timeout(self, snapshot: Snapshot, states: Mapping[int, str]) -> Outcome:
@@ -445,4 +453,5 @@ class Monitor:
             notes=tuple(self.notes),
             states=dict(session.process_states),
             quiet=self.quiet(time.monotonic()),
+            graph=self.tailer.model.graph(),
         )

@@ -407,3 +407,19 @@ def test_monitored_barrier_with_a_short_timeout_is_no_deadlock(timeout, verdict)
     # with gloo's default timeout it is the same hang as a plain barrier
     assert report.verdict is verdict
     assert FindingKind.COLLECTIVE_MISMATCH in kinds(report)
+
+
+def test_an_op_id_written_twice_does_not_break_the_analysis():
+    # GIVEN a damaged trace: rank 0 wrote a later op under an id it had used already (a
+    # flipped digit), so its ops' indices have a gap once the first op is replaced
+    r0, r1 = ranks(2)
+    for rank in (r0, r1):
+        rank.call("all_reduce", 10)
+    r0._next_id = 0
+    r0.isend(12, peer=1)
+    r1.irecv(12, peer=0)
+    for rank in (r0, r1):
+        rank.call("barrier", 14)
+    # THEN it is analysed like any other trace (the prediction replays it), no crash
+    report = analyze(session([r0.end(), r1.end()]))
+    assert report.verdict in (Verdict.OK, Verdict.DEFECT)

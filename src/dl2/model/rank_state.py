@@ -242,6 +242,11 @@ class RankModel:
             if kind is OpRecord:
                 if TYPE_CHECKING:
                     assert isinstance(rec, OpRecord)
+                if rec.id in ops:
+                    # a damaged trace (an op id written twice): the later op is dropped,
+                    # its ret and waits fall on the first
+                    at += 1
+                    continue
                 if i < last:
                     rid = rec.id
                     ret = records[i]
@@ -386,7 +391,7 @@ class RankModel:
         n_ops, n_records, active = self.n_ops, self.n_records, self.activity_at
         for rec, wait_id in zip(ops, wait_ids, strict=True):
             rid = rec.id
-            if rec.eager or rec.op in complete_on_return or rid in waits:
+            if rec.eager or rec.op in complete_on_return or rid in waits or rid in model_ops:
                 # not a plain blocking call: its records, one by one
                 self.n_ops, self.n_records, self.activity_at = n_ops, n_records, active
                 self.feed(

@@ -151,7 +151,8 @@ def build_program(graph: ExecutionGraph) -> Program:
     for u, op in enumerate(ops):
         if kind[u] != RECV or op.peer is not None or op.src is None:
             continue
-        later = graph.timelines[op.rank].ops[op.index + 1 : op.index + 1 + _PIN_LOOKAHEAD]
+        j = u - first[op.rank] + 1  # the op's place in its timeline, plus one
+        later = graph.timelines[op.rank].ops[j : j + _PIN_LOOKAHEAD]
         following = next((o for o in later if o.kind == "p2p" and o.error is None), None)
         if following is not None and following.peer == op.src:
             pinned[u] = op.src
@@ -159,16 +160,21 @@ def build_program(graph: ExecutionGraph) -> Program:
     steps: dict[int, tuple[tuple[bool, int], ...]] = {}
     for rank, timeline in graph.timelines.items():
         base = first[rank]
-        waits: dict[int, list[int]] = defaultdict(list)
-        for op in timeline.ops:
-            at = wait_position(op)
-            if at is not None:
-                waits[at].append(base + op.index)
+        # (wait position, u) in order; an op's u is its place in ``ops``, not base plus
+        # its index: a damaged trace (an op id written twice) can leave gaps in indices
+        waits = sorted(
+            (at, base + j)
+            for j, op in enumerate(timeline.ops)
+            if (at := wait_position(op)) is not None
+        )
         program: list[tuple[bool, int]] = []
-        for op in timeline.ops:
-            program.extend((True, w) for w in waits.get(op.index, ()))
-            program.append((False, base + op.index))
-        program.extend((True, w) for w in waits.get(len(timeline.ops), ()))
+        k = 0
+        for j, op in enumerate(timeline.ops):
+            while k < len(waits) and waits[k][0] <= op.index:
+                program.append((True, waits[k][1]))
+                k += 1
+            program.append((False, base + j))
+        program.extend((True, u) for _, u in waits[k:])
         steps[rank] = tuple(program)
 
     groups = dict(graph.groups)

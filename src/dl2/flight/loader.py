@@ -31,6 +31,10 @@ from dl2.trace.schema import MAGIC
 from dl2.trace.schema.decode import Header
 from dl2.trace.session import Session
 
+#: how a set of dumps ends: each rank stood where its dump stops, as ranks stopped from
+#: outside (a watchdog timeout, or the dump taken by hand at a hang)
+ENDING = "hang-timeout"
+
 _RANK = re.compile(r"(\d+)$")
 
 
@@ -183,7 +187,7 @@ def build_flight_session(
     head.extend(_not_carried(dumps, backends, bool(groups)))
     for trace in traces.values():
         notes.extend(trace.warnings)
-    return Session(traces=traces, warnings=tuple(head + notes), run_dir=run_dir)
+    return Session(traces=traces, warnings=tuple(head + notes), run_dir=run_dir, ending=ENDING)
 
 
 def _not_carried(

@@ -54,8 +54,14 @@ class RankDump:
         return self
 
     def _entry(
-        self, g: _Group, name: str, sizes: list[list[int]], dtype: str, line: int,
-        state: str, is_p2p: bool,
+        self,
+        g: _Group,
+        name: str,
+        sizes: list[list[int]],
+        dtype: str,
+        line: int,
+        state: str,
+        is_p2p: bool,
     ) -> dict[str, Any]:
         self.time_ns += 1000
         started = self.time_ns + 10 if state in ("started", "completed") else None
@@ -91,7 +97,12 @@ class RankDump:
         return entry
 
     def collective(
-        self, group: str, name: str, line: int, numel: int = 4, dtype: str = "Float",
+        self,
+        group: str,
+        name: str,
+        line: int,
+        numel: int = 4,
+        dtype: str = "Float",
         state: str = "completed",
     ) -> RankDump:
         g = self.groups[group]
@@ -102,7 +113,12 @@ class RankDump:
         return self
 
     def p2p(
-        self, group: str, kind: str, peer_local: int, line: int, numel: int = 4,
+        self,
+        group: str,
+        kind: str,
+        peer_local: int,
+        line: int,
+        numel: int = 4,
         state: str = "completed",
     ) -> RankDump:
         g = self.groups[group]
@@ -110,7 +126,9 @@ class RankDump:
         g.p2p_seq += 1
         g.op_id += 1
         arrow = f"{me}->{peer_local}" if kind == "send" else f"{me}<-{peer_local}"
-        self.entries.append(self._entry(g, f"{kind} {arrow}", [[numel]], "Float", line, state, True))
+        self.entries.append(
+            self._entry(g, f"{kind} {arrow}", [[numel]], "Float", line, state, True)
+        )
         return self
 
     def batch(
@@ -185,4 +203,6 @@ def _lib_key(version: str) -> str:
 
 def world(n: int, version: str = "2.10", backend: str = "nccl") -> list[RankDump]:
     """n ranks with the default group "0" of every rank."""
-    return [RankDump(r, version, backend).group("0", list(range(n)), "default_pg") for r in range(n)]
+    return [
+        RankDump(r, version, backend).group("0", list(range(n)), "default_pg") for r in range(n)
+    ]

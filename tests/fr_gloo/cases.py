@@ -50,7 +50,7 @@ def main() -> None:
             dist.all_reduce(x)  # line: skipped rank 0
         time.sleep(30 if case == "skipped" else 0)
     elif case in ("dtype", "dtype_ok"):
-        if rank == 1 and case == "dtype":
+        if rank == 1 and case == "dtype":  # noqa: SIM108
             y = torch.ones(4, dtype=torch.int32)  # same bytes, another dtype
         else:
             y = torch.ones(4)

@@ -12,8 +12,16 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 CASES = [
-    "cross_group", "cross_group_ok", "skipped", "skipped_ok", "dtype", "dtype_ok",
-    "op_type", "op_type_ok", "early_exit", "early_exit_ok",
+    "cross_group",
+    "cross_group_ok",
+    "skipped",
+    "skipped_ok",
+    "dtype",
+    "dtype_ok",
+    "op_type",
+    "op_type_ok",
+    "early_exit",
+    "early_exit_ok",
 ]
 
 
@@ -24,13 +32,20 @@ def run(case: str, port: int) -> None:
     procs = []
     for rank in range(2):
         env = dict(
-            os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port), TORCH_FR_BUFFER_SIZE="2000", FR_OUT=str(out),
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE="2",
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            TORCH_FR_BUFFER_SIZE="2000",
+            FR_OUT=str(out),
             OMP_NUM_THREADS="1",
         )
-        procs.append(subprocess.Popen(
-            [sys.executable, str(HERE / "cases.py"), case], env=env, start_new_session=True
-        ))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, str(HERE / "cases.py"), case], env=env, start_new_session=True
+            )
+        )
     for proc in procs:
         try:
             proc.wait(timeout=60)

@@ -20,20 +20,19 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fr_builders import SCRIPT  # noqa: E402
-from fr_builders import RankDump  # noqa: E402
-from fr_builders import world  # noqa: E402
-
-from dl2.analysis import analyze  # noqa: E402
-from dl2.errors import Dl2Error  # noqa: E402
-from dl2.flight.loader import is_flight_input  # noqa: E402
-from dl2.flight.loader import load_flight_session  # noqa: E402
-from dl2.flight.safe import PICKLE  # noqa: E402
-from dl2.flight.safe import FlightDumpError  # noqa: E402
-from dl2.flight.safe import loads  # noqa: E402
-from dl2.report import FindingKind  # noqa: E402
-from dl2.report import Report  # noqa: E402
-from dl2.report import Verdict  # noqa: E402
+from dl2.analysis import analyze
+from dl2.errors import Dl2Error
+from dl2.flight.loader import is_flight_input
+from dl2.flight.loader import load_flight_session
+from dl2.flight.safe import PICKLE
+from dl2.flight.safe import FlightDumpError
+from dl2.flight.safe import loads
+from dl2.report import FindingKind
+from dl2.report import Report
+from dl2.report import Verdict
+from fr_builders import SCRIPT
+from fr_builders import RankDump
+from fr_builders import world
 
 
 def _report(tmp: Path, ranks: list[RankDump], form: str = "pickle", **kw: object) -> Report:
@@ -77,7 +76,9 @@ def _cross(ordered: bool, state: str) -> list[RankDump]:
     w = world(2)
     for r in w:
         r.group("1", [0, 1]).group("2", [0, 1])
-    w[0].collective("1", "all_reduce", 10, state=state).collective("2", "all_reduce", 11, state=state)
+    w[0].collective("1", "all_reduce", 10, state=state).collective(
+        "2", "all_reduce", 11, state=state
+    )
     if ordered:
         w[1].collective("1", "all_reduce", 10, state=state)
         w[1].collective("2", "all_reduce", 11, state=state)
@@ -127,7 +128,9 @@ def _wrapped(numel1: int) -> list[RankDump]:
         for _ in range(10):
             r.collective("0", "all_reduce", 30)
     w[0].collective("0", "all_reduce", 31, numel=4, state="scheduled")
-    w[1].collective("0", "all_reduce", 32, numel=numel1, state="scheduled" if numel1 != 4 else "completed")
+    w[1].collective(
+        "0", "all_reduce", 32, numel=numel1, state="scheduled" if numel1 != 4 else "completed"
+    )
     return w
 
 

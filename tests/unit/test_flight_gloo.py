@@ -75,7 +75,10 @@ def test_dtype_mismatch_is_a_defect() -> None:
 def test_op_type_mismatch_deadlocks_and_is_named() -> None:
     report = _report("op_type")
     assert report.verdict is Verdict.DEADLOCK
-    expected = [(0, "all_reduce", _line("op_type rank 0")), (1, "broadcast", _line("op_type rank 1"))]
+    expected = [
+        (0, "all_reduce", _line("op_type rank 0")),
+        (1, "broadcast", _line("op_type rank 1")),
+    ]
     assert sorted(_ops(report, FindingKind.COLLECTIVE_MISMATCH)) == expected
     assert sorted(_ops(report, FindingKind.DEADLOCK)) == expected
 

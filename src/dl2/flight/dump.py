@@ -166,9 +166,7 @@ def parse_entry(raw: Any, where: str) -> FrEntry:
     state = raw.get("state", "scheduled")
     state = state if state in ("scheduled", "started", "completed") else "scheduled"
     completed = state == "completed" or _seen(raw.get("time_discovered_completed_ns"))
-    started = (
-        completed or state == "started" or _seen(raw.get("time_discovered_started_ns"))
-    )
+    started = completed or state == "started" or _seen(raw.get("time_discovered_started_ns"))
     frames = raw.get("frames")
     return FrEntry(
         record_id=_int(raw.get("record_id"), "record_id", where),
@@ -195,8 +193,10 @@ def parse_entry(raw: Any, where: str) -> FrEntry:
 
 def looks_like_dump(value: Any) -> bool:
     """Whether decoded plain values have a dump's top level."""
-    return isinstance(value, dict) and "version" in value and (
-        "entries" in value or "pg_config" in value
+    return (
+        isinstance(value, dict)
+        and "version" in value
+        and ("entries" in value or "pg_config" in value)
     )
 
 

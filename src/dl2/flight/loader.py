@@ -137,7 +137,7 @@ def build_flight_session(
     """The session of checked dumps (rank -> (file, dump))."""
     groups: dict[str, tuple[int, ...]] = {}
     notes: list[str] = []
-    for rank, (path, dump) in sorted(dumps.items()):
+    for _, (path, dump) in sorted(dumps.items()):
         for gid, members in dump.groups.items():
             known = groups.setdefault(gid, members)
             if known != members:

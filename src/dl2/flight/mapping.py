@@ -190,9 +190,7 @@ class _Ids:
         return self.last
 
 
-def map_rank(
-    rank: int, dump: FrDump, groups: dict[str, tuple[int, ...]], name: str
-) -> RankRead:
+def map_rank(rank: int, dump: FrDump, groups: dict[str, tuple[int, ...]], name: str) -> RankRead:
     """One rank's records (see the module docstring for the rules).
 
     Args:

@@ -82,7 +82,7 @@ class FrDump:
     has_frames: bool
 
 
-_RANKS = re.compile(r"^\[\s*(\d+(\s*,\s*\d+)*)?\s*,?\s*\]$")
+_RANKS = re.compile(r"^\[ *([0-9]+( *, *[0-9]+)*)? *,? *\]$")
 
 
 def parse_ranks(text: Any) -> tuple[int, ...] | None:
@@ -100,7 +100,7 @@ def _int(value: Any, field: str, where: str, default: int | None = None) -> int:
         return default
     if type(value) is int:
         return value
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value):
         return int(value)
     raise FlightDumpError(f"{where}: {field} is {type(value).__name__}, not an integer")
 

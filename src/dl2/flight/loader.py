@@ -89,7 +89,13 @@ def read_dump(path: Path) -> FrDump:
     form = sniff(_head(path))
     if form is None:
         raise FlightDumpError(f"{path}: neither a pickle nor a JSON dump")
-    return parse_dump(loads(read_bytes(path), form, str(path)), str(path))
+    value = loads(read_bytes(path), form, str(path))
+    try:
+        return parse_dump(value, str(path))
+    except FlightDumpError:
+        raise
+    except Exception as err:  # hostile values the schema check did not foresee
+        raise FlightDumpError(f"{path}: not a readable dump ({type(err).__name__})") from None
 
 
 def _is_dump(path: Path) -> bool:
@@ -155,7 +161,12 @@ def build_flight_session(
     backends: set[str] = set()
     wrapped: list[int] = []
     for rank, (path, dump) in sorted(dumps.items()):
-        read = map_rank(rank, dump, groups, path.name)
+        try:
+            read = map_rank(rank, dump, groups, path.name)
+        except Exception as err:  # values a checked schema still allows, but nonsense
+            raise FlightDumpError(
+                f"{path}: entries dl2 cannot map ({type(err).__name__}: {err})"[:300]
+            ) from None
         if read.backend:
             backends.update(read.backend.split(","))
         if read.wrapped:

@@ -92,8 +92,8 @@ DTYPES = {
     "Float8_e5m2": "float8_e5m2",
 }
 
-_SEND = re.compile(r"^send\s+(\d+)\s*->\s*(\d+)")
-_RECV = re.compile(r"^recv\s+(\d+)\s*<-\s*(\d+)")
+_SEND = re.compile(r"^send +([0-9]+) *-> *([0-9]+)")
+_RECV = re.compile(r"^recv +([0-9]+) *<- *([0-9]+)")
 _TORCH_FILE = re.compile(r"(^|[/\\])torch[/\\]")
 
 

@@ -71,6 +71,13 @@ def main() -> None:
         n = 3 if rank == 1 and case == "size" else 4
         dist.gather(torch.ones(n), parts if rank == 0 else None, dst=0)  # line: size
         dist.barrier()
+    elif case in ("subgroup", "subgroup_ok"):  # 3 ranks: group g3 = [1, 2]
+        g3 = dist.new_group([1, 2])
+        if rank > 0:
+            dist.all_reduce(x, group=g3)  # warm-up: both members launch on g3
+            if rank == 1 or case == "subgroup_ok":
+                dist.all_reduce(x, group=g3)  # line: subgroup rank 1
+        dist.all_reduce(x)  # line: subgroup world
     dump_and_exit()
 
 

@@ -1,7 +1,7 @@
 """Regenerate the gloo Flight Recorder fixtures: ``python tests/fr_gloo/generate.py``.
 
-Each case of ``cases.py`` runs as 2 ranks (one process each, hard timeout) and leaves
-``tests/fr_gloo/<case>/fr_trace_rank_<r>``.
+Each case of ``cases.py`` runs as 2 ranks (3 for ``subgroup``), one process each, with
+a hard timeout, and leaves ``tests/fr_gloo/<case>/fr_trace_rank_<r>``.
 """
 
 import os
@@ -22,7 +22,11 @@ CASES = [
     "op_type_ok",
     "early_exit",
     "early_exit_ok",
+    "subgroup",
+    "subgroup_ok",
 ]
+#: ranks of each case (2 unless named)
+WORLD = {"subgroup": 3, "subgroup_ok": 3}
 
 
 def run(case: str, port: int) -> None:
@@ -30,11 +34,12 @@ def run(case: str, port: int) -> None:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
     procs = []
-    for rank in range(2):
+    world = WORLD.get(case, 2)
+    for rank in range(world):
         env = dict(
             os.environ,
             RANK=str(rank),
-            WORLD_SIZE="2",
+            WORLD_SIZE=str(world),
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
             TORCH_FR_BUFFER_SIZE="2000",

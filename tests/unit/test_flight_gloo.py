@@ -1,7 +1,7 @@
 """dl2 on Flight Recorder dumps of real gloo jobs (torch 2.13, CPU).
 
 The dumps in ``tests/fr_gloo/<case>/`` were made on this kind of machine by
-``tests/fr_gloo/generate.py`` running ``tests/fr_gloo/cases.py`` (2 ranks each); each
+``tests/fr_gloo/generate.py`` running ``tests/fr_gloo/cases.py`` (2 or 3 ranks); each
 case asserts the verdict, the ranks and the lines of ``cases.py`` its findings name,
 and its correct twin reads OK.
 """
@@ -40,7 +40,8 @@ def _ops(report: Report, kind: FindingKind) -> list[tuple[int, str, int | None]]
 
 
 @pytest.mark.parametrize(
-    "case", ["cross_group_ok", "skipped_ok", "dtype_ok", "op_type_ok", "early_exit_ok"]
+    "case",
+    ["cross_group_ok", "skipped_ok", "dtype_ok", "op_type_ok", "early_exit_ok", "subgroup_ok"],
 )
 def test_correct_twins_are_ok(case: str) -> None:
     report = _report(case)
@@ -87,3 +88,14 @@ def test_a_rank_that_exited_early_leaves_rank_0_waiting() -> None:
     report = _report("early_exit")
     assert report.verdict is Verdict.HANG
     assert _ops(report, FindingKind.HANG) == [(0, "all_reduce", _line("early_exit rank 0"))]
+
+
+def test_a_subgroup_collective_one_member_skipped_deadlocks_across_groups() -> None:
+    report = _report("subgroup")
+    assert report.verdict is Verdict.DEADLOCK
+    [finding] = [f for f in report.findings if f.kind is FindingKind.DEADLOCK]
+    assert finding.ranks == (0, 1, 2) and finding.cycle == (1, 2)
+    assert [(o.rank, o.group, o.line) for o in finding.ops] == [
+        (1, "3", _line("subgroup rank 1")),
+        (2, "0", _line("subgroup world")),
+    ]

@@ -266,3 +266,23 @@ def test_fuzz_mutated_dumps_fail_cleanly_or_read(
     except Dl2Error:  # refused with one line (not a dump, or a corrupt one)
         return
     analyze(session)  # a dump that still reads must analyse without error
+
+
+def test_gloo_collective_retired_without_a_member_is_read_as_failed(tmp_path: Path) -> None:
+    w = world(2, backend="gloo")
+    for r in w:
+        r.collective("0", "all_reduce", 5)
+    w[0].collective("0", "all_reduce", 6)  # retired: gloo failed it, rank 1 had left
+    report = _report(tmp_path, w)
+    assert report.verdict is Verdict.DEFECT
+    kinds = {f.kind: f for f in report.findings}
+    orphan = kinds[FindingKind.ORPHANED_WAIT]
+    assert orphan.ranks == (0, 1) and [(o.rank, o.line) for o in orphan.ops] == [(0, 6)]
+    assert any("read as having exited" in w for w in report.warnings)
+
+
+def test_gloo_collectives_every_member_launched_are_complete(tmp_path: Path) -> None:
+    w = world(2, backend="gloo")
+    for r in w:
+        r.collective("0", "all_reduce", 5).collective("0", "all_reduce", 6)
+    assert _report(tmp_path, w).verdict is Verdict.OK

@@ -18,6 +18,7 @@ from dl2.flight.dump import KNOWN_VERSIONS
 from dl2.flight.dump import FrDump
 from dl2.flight.dump import looks_like_dump
 from dl2.flight.dump import parse_dump
+from dl2.flight.mapping import launched
 from dl2.flight.mapping import map_rank
 from dl2.flight.safe import JSON
 from dl2.flight.safe import FlightDumpError
@@ -29,6 +30,9 @@ from dl2.trace.format import RankTrace
 from dl2.trace.schema import FORMAT_VERSION
 from dl2.trace.schema import MAGIC
 from dl2.trace.schema.decode import Header
+from dl2.trace.schema.decode import StateRecord
+from dl2.trace.schema.decode import WaitRecord
+from dl2.trace.session import EXITED
 from dl2.trace.session import Session
 
 #: how a set of dumps ends: each rank stood where its dump stops, as ranks stopped from
@@ -160,13 +164,23 @@ def build_flight_session(
     traces: dict[int, RankTrace] = {}
     backends: set[str] = set()
     wrapped: list[int] = []
+    tops = {rank: launched(dump) for rank, (_, dump) in dumps.items()}
+    gone: set[int] = set()
     for rank, (path, dump) in sorted(dumps.items()):
+        # the other ranks' highest launch per group they are (or are read as) members of
+        absent: dict[str, dict[int, int]] = {}
+        for gid in tops[rank]:
+            members = groups.get(gid) or (
+                tuple(dumps) if gid == "0" else tuple(r for r in tops if gid in tops[r])
+            )
+            absent[gid] = {m: tops[m].get(gid, 0) for m in members if m != rank and m in tops}
         try:
-            read = map_rank(rank, dump, groups, path.name)
+            read = map_rank(rank, dump, groups, path.name, absent)
         except Exception as err:  # values a checked schema still allows, but nonsense
             raise FlightDumpError(
                 f"{path}: entries dl2 cannot map ({type(err).__name__}: {err})"[:300]
             ) from None
+        gone.update(read.gone)
         if read.backend:
             backends.update(read.backend.split(","))
         if read.wrapped:
@@ -198,7 +212,27 @@ def build_flight_session(
     head.extend(_not_carried(dumps, backends, bool(groups)))
     for trace in traces.values():
         notes.extend(trace.warnings)
-    return Session(traces=traces, warnings=tuple(head + notes), run_dir=run_dir, ending=ENDING)
+    # a rank whose absence failed a peer's gloo collective had left (gloo fails the
+    # op with "Connection closed by peer"), unless it is itself waiting
+    states: dict[int, str] = {}
+    for rank in sorted(gone):
+        left = traces.get(rank)
+        waiting = left is not None and isinstance(
+            left.records[-1] if left.records else None, WaitRecord | StateRecord
+        )
+        if left is not None and not waiting:
+            states[rank] = EXITED
+            notes.append(
+                f"rank {rank}: a collective it never launched failed on its peers (gloo "
+                "closes a connection when a process ends): read as having exited"
+            )
+    return Session(
+        traces=traces,
+        process_states=states,
+        warnings=tuple(head + notes),
+        run_dir=run_dir,
+        ending=ENDING,
+    )
 
 
 def _not_carried(

@@ -133,6 +133,8 @@ class RankRead:
     notes: list[str] = field(default_factory=list)
     wrapped: bool = False
     backend: str = ""
+    #: ranks whose absence made one of this rank's collectives fail (they left)
+    gone: set[int] = field(default_factory=set)
 
 
 def _is_closer(entry: FrEntry) -> bool:
@@ -190,7 +192,22 @@ class _Ids:
         return self.last
 
 
-def map_rank(rank: int, dump: FrDump, groups: dict[str, tuple[int, ...]], name: str) -> RankRead:
+def launched(dump: FrDump) -> dict[str, int]:
+    """Group -> the highest ``collective_seq_id`` the rank launched on it."""
+    top: dict[str, int] = {}
+    for entry in dump.entries:
+        if not entry.is_p2p and entry.name != "coalesced":
+            top[entry.pg_name] = max(top.get(entry.pg_name, 0), entry.collective_seq_id)
+    return top
+
+
+def map_rank(
+    rank: int,
+    dump: FrDump,
+    groups: dict[str, tuple[int, ...]],
+    name: str,
+    absent: dict[str, dict[int, int]] | None = None,
+) -> RankRead:
     """One rank's records (see the module docstring for the rules).
 
     Args:
@@ -198,6 +215,11 @@ def map_rank(rank: int, dump: FrDump, groups: dict[str, tuple[int, ...]], name: 
         dump: its checked dump.
         groups: every group's global ranks known from any rank's ``pg_config``.
         name: the file, for the notes.
+        absent: group -> {member rank: the highest ``collective_seq_id`` it launched}
+            for the other ranks with a dump: on gloo, a collective retired at a
+            position some member never launched cannot have succeeded (gloo retires a
+            work that failed, "Connection closed by peer", as one that completed); it
+            is read as failed.
     """
     read = RankRead()
     entries = dump.entries
@@ -260,6 +282,19 @@ def map_rank(rank: int, dump: FrDump, groups: dict[str, tuple[int, ...]], name: 
         if not op_records:
             continue
         read.records.extend(op_records)
+        short = _never_launched(launch, absent) if gloo and launch.completed(gloo) else []
+        if short:
+            read.gone.update(short)
+            err = (
+                f"retired, but rank(s) {', '.join(map(str, short))} never launched it: "
+                "it failed (gloo retires failed works too)"
+            )
+            read.records.extend(RetRecord(id=r.id, t=r.t, err=err) for r in op_records)
+            read.notes.append(
+                f"rank {rank}: {launch.head.profiling_name} on group "
+                f"{launch.head.pg_name} (collective {launch.head.collective_seq_id}) {err}"
+            )
+            continue
         read.records.extend(RetRecord(id=r.id, t=r.t) for r in op_records)
         if launch.completed(gloo):
             read.records.extend(DoneRecord(id=r.id, t=r.t) for r in op_records)
@@ -289,6 +324,15 @@ def map_rank(rank: int, dump: FrDump, groups: dict[str, tuple[int, ...]], name: 
             "their P2P peers are read as global ranks"
         )
     return read
+
+
+def _never_launched(launch: Launch, absent: dict[str, dict[int, int]] | None) -> list[int]:
+    """The members with a dump that never launched this collective launch."""
+    head = launch.head
+    if absent is None or head.is_p2p or head.collective_seq_id <= 0:
+        return []
+    tops = absent.get(head.pg_name, {})
+    return sorted(r for r, top in tops.items() if top < head.collective_seq_id)
 
 
 def _describe(launch: Launch) -> str:

@@ -6,6 +6,7 @@ each case asserts the verdict, the ranks and the source lines, and its correct t
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -286,3 +287,15 @@ def test_gloo_collectives_every_member_launched_are_complete(tmp_path: Path) -> 
     for r in w:
         r.collective("0", "all_reduce", 5).collective("0", "all_reduce", 6)
     assert _report(tmp_path, w).verdict is Verdict.OK
+
+
+def test_cli_reads_a_list_of_dump_files_of_any_prefix(tmp_path: Path) -> None:
+    w = _cross(False, "scheduled")
+    files = [str(w[0].write_json(tmp_path, prefix="a_")), str(w[1].write_pickle(tmp_path))]
+    report_path = tmp_path / "report.json"
+    done = _dl2("analyze", "--json", str(report_path), *files)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    report = json.loads(report_path.read_text())
+    assert report["verdict"] == "deadlock"
+    [finding] = [f for f in report["findings"] if f["kind"] == "deadlock"]
+    assert finding["ranks"] == [0, 1]

@@ -55,6 +55,10 @@
      the entries (``fr_repair``); both attempts are recorded.  detected = the analyser
      reports ``has errors`` or ``Not all ranks joining``; culprit = the ranks of its
      ``Culprit rank N`` / ``missing ranks`` lines ⊇ the header's ranks.
+   * ``fr-dl2``: dl2 itself (``dl2 analyze``) on the same dumps, as they were written
+     (no repair): detected = a deadlock, hang or defect verdict; culprit as for dl2's own
+     runs (the ranks and every ``# dl2: culprit`` line); cycle = a deadlock finding
+     names its wait cycle.
 
 Prints one table, appends the run to ``benchmarks/results/results.jsonl`` and, for a
 full run (no ``--quick`` / ``--filter``, or with ``--docs``), rewrites the ``eval``

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import pickle
 import re
 import shutil
+import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from benchmarks._harness import BENCH
+from benchmarks._harness import DL2
 from benchmarks._harness import Case
 from benchmarks._harness import PlainRun
 from benchmarks._harness import launch
@@ -190,8 +194,47 @@ def _torchfrtrace(trace_dir: Path, incomplete: bool) -> str:
     return buffer.getvalue()
 
 
-def anchor_fr(case: Case) -> AnchorResult:
-    """Flight Recorder: the dumps (taken by the hook) analysed by ``torchfrtrace``."""
+def dl2_on_dumps(case: Case, files: list[Path], outcome: str, time_s: float | None) -> AnchorResult:
+    """dl2 itself (``dl2 analyze --json``) on the same Flight Recorder dumps."""
+    from benchmarks.evaluation.scoring import score_report  # scoring imports this module
+
+    if not files:
+        return AnchorResult("fr-dl2", case.name, outcome, time_s, False, None, [], "no dump")
+    report_path = files[0].parent / "dl2-report.json"
+    try:
+        done = subprocess.run(
+            [str(DL2), "analyze", "--json", str(report_path), *map(str, files)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        report = json.loads(report_path.read_text()) if report_path.exists() else {}
+    except (subprocess.TimeoutExpired, OSError, ValueError) as err:
+        return AnchorResult("fr-dl2", case.name, outcome, time_s, False, None, [], repr(err))
+    scored = score_report(case, report)
+    cycles = [f.get("cycle") for f in report.get("findings", []) if f.get("kind") == "deadlock"]
+    cycle = next((list(c) for c in cycles if c), None)
+    evidence = f"verdict {scored['verdict']}"
+    if not report:
+        evidence = f"no report (exit {done.returncode}): {done.stderr.strip()[:160]}"
+    elif scored["missing_lines"]:
+        evidence += f"; lines not named: {scored['missing_lines']}"
+    return AnchorResult(
+        "fr-dl2",
+        case.name,
+        outcome,
+        time_s,
+        bool(scored["positive"]),
+        scored["culprit_ok"] if case.positive else None,
+        scored["named_ranks"],
+        evidence,
+        cycle,
+    )
+
+
+def anchor_fr(case: Case) -> list[AnchorResult]:
+    """Flight Recorder: the dumps (taken by the hook) analysed by ``torchfrtrace``, and
+    by dl2 (``fr-dl2``)."""
     dump_dir = Path(tempfile.mkdtemp(prefix="dl2-bench-fr-"))
     state = dump_dir / "state"
     state.mkdir()
@@ -265,21 +308,31 @@ def anchor_fr(case: Case) -> AnchorResult:
         f"dumps {why or dumped}; raw: {raw_failed.group(1)[:80] if raw_failed else 'ok'}; "
         f"repaired: {(lines[0] if lines else 'no error')[:160]}"
     )
+    time_s = round(min(run.wall, trigger_at), 2) if outcome == "hang" else round(run.wall, 2)
+    files = [dump_dir / f"rank_{r}" for r in dumped]
+    by_dl2 = dl2_on_dumps(case, files, outcome, time_s)
     shutil.rmtree(dump_dir, ignore_errors=True)
     shutil.rmtree(run.outdir, ignore_errors=True)
-    return AnchorResult(
+    by_torch = AnchorResult(
         "fr",
         case.name,
         outcome,
-        round(min(run.wall, trigger_at), 2) if outcome == "hang" else round(run.wall, 2),
+        time_s,
         detected,
         (detected and named >= case.ranks) if case.positive else None,
         sorted(named),
         evidence,
     )
+    return [by_torch, by_dl2]
 
 
-ANCHORS = {"plain": anchor_plain, "detail": anchor_detail, "fr": anchor_fr}
+ANCHORS: dict[str, Callable[[Case], AnchorResult | list[AnchorResult]]] = {
+    "plain": anchor_plain,
+    "detail": anchor_detail,
+    "fr": anchor_fr,
+}
+#: the columns the anchors fill: ``fr`` also gives dl2's analysis of its dumps
+ANCHOR_COLUMNS = ("plain", "detail", "fr", "fr-dl2")
 
 
 def run_anchors(cases: list[Case], jobs: int) -> list[AnchorResult]:
@@ -291,17 +344,18 @@ def run_anchors(cases: list[Case], jobs: int) -> list[AnchorResult]:
     def one(case: Case, anchor: str) -> None:
         with budget.take(case.world):
             try:
-                result = ANCHORS[anchor](case)
+                got = ANCHORS[anchor](case)
             except Exception as err:  # keep the evaluation going
-                result = AnchorResult(anchor, case.name, "error", None, False, None, [], repr(err))
+                got = AnchorResult(anchor, case.name, "error", None, False, None, [], repr(err))
         with lock:
-            results.append(result)
-            flag = "det" if result.detected else "   "
-            print(
-                f"  anchor {anchor:6} {case.name:45} {result.outcome:7} {flag} "
-                f"{result.evidence[:70]}",
-                flush=True,
-            )
+            for result in got if isinstance(got, list) else [got]:
+                results.append(result)
+                flag = "det" if result.detected else "   "
+                print(
+                    f"  anchor {result.anchor:6} {case.name:45} {result.outcome:7} {flag} "
+                    f"{result.evidence[:70]}",
+                    flush=True,
+                )
 
     # longest first: the 8-rank and workload runs, then by world size
     order = sorted(cases, key=lambda c: (c.suite != "workloads", -c.world))

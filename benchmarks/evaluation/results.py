@@ -59,6 +59,8 @@ class AnchorResult:
     culprit: bool | None
     named: list[int] = field(default_factory=list)
     evidence: str = ""
+    #: the ranks of the wait cycle the tool named (dl2 on the FR dumps); None: none named
+    cycle: list[int] | None = None
 
 
 def append_record(record: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from benchmarks._harness import Case
-from benchmarks.evaluation.anchors import ANCHORS
+from benchmarks.evaluation.anchors import ANCHOR_COLUMNS
 from benchmarks.evaluation.results import AnchorResult
 from benchmarks.evaluation.results import Dl2Result
 
@@ -81,7 +81,7 @@ def group_stats(
         ],
     }
     if anchors:
-        for name in ANCHORS:
+        for name in ANCHOR_COLUMNS:
             got = [anchors.get((name, r.case)) for r in results]
             det_pos = sum(
                 bool(a and a.detected) for a, r in zip(got, results, strict=True) if r.label != "ok"
@@ -102,7 +102,11 @@ def group_stats(
                 for a, r in zip(got, results, strict=True)
                 if r.label == "ok" and a is not None and a.outcome != "exit 0"
             ]
+            cycles = sum(
+                bool(a and a.cycle) for a, r in zip(got, results, strict=True) if r.label != "ok"
+            )
             stats[name] = {
+                "cycle": cycles,
                 "detected": det_pos,
                 "false_alarms": fa,
                 "culprit": cul,

@@ -10,7 +10,7 @@ from typing import Any
 from benchmarks._harness import REPO
 from benchmarks._harness import markdown_table
 from benchmarks.evaluation.anchors import ANCHOR_CAP_S
-from benchmarks.evaluation.anchors import ANCHORS
+from benchmarks.evaluation.anchors import ANCHOR_COLUMNS
 from benchmarks.evaluation.anchors import WORKLOAD_CAP_S
 from benchmarks.evaluation.dl2_runs import HANG_TIMEOUT_S
 from benchmarks.evaluation.overhead import WARMUP_STEPS
@@ -49,7 +49,12 @@ def build_table(
         "dl2 latency med/max s",
     ]
     if anchors:
-        header += ["plain: fails (FA)", "DETAIL: det/culprit (FA)", "FR: det/culprit (FA)"]
+        header += [
+            "plain: fails (FA)",
+            "DETAIL: det/culprit (FA)",
+            "FR torchfrtrace: det/culprit (FA)",
+            "FR dl2: det/culprit/cycle (FA)",
+        ]
     rows = []
     groups: dict[str, list[Dl2Result]] = {}
     for r in results:
@@ -72,11 +77,13 @@ def build_table(
             _lat(s["latency"]),
         ]
         if anchors:
-            p, d, f = s["plain"], s["detail"], s["fr"]
+            p, d, f, g = s["plain"], s["detail"], s["fr"], s["fr-dl2"]
             cells += [
                 f"{_frac(p['detected'], s['positives'])} ({p['false_alarms']})",
                 f"{_frac(d['detected'], s['positives'])} / {d['culprit']} ({d['false_alarms']})",
                 f"{_frac(f['detected'], s['positives'])} / {f['culprit']} ({f['false_alarms']})",
+                f"{_frac(g['detected'], s['positives'])} / {g['culprit']} / {g['cycle']} "
+                f"({g['false_alarms']})",
             ]
         return cells
 
@@ -198,7 +205,7 @@ def docs_section(
         ]
     if anchors:
         total = summary_all(results, anchors)
-        for name in ANCHORS:
+        for name in ANCHOR_COLUMNS:
             broken = total[name]["ok_runs_failed"]
             if broken:
                 parts.append(
@@ -222,7 +229,7 @@ def docs_section(
             "",
             "Time to a signal, positives only (median / max seconds): dl2 latency "
             f"{_lat(dl2_lat)}, dl2 wall {_lat(dl2_wall)}; "
-            + "; ".join(f"{name} {_lat(times.get(name, []))}" for name in ANCHORS)
+            + "; ".join(f"{name} {_lat(times.get(name, []))}" for name in ANCHOR_COLUMNS)
             + " (anchors: launch to the first failing rank, or to the FR dump).",
         ]
     if anchors:
@@ -263,7 +270,7 @@ def per_case_table(results: list[Dl2Result], anchors: list[AnchorResult] | None)
     amap = {(a.anchor, a.case): a for a in anchors or []}
     header = ["case", "label", "dl2 verdict", "culprit", "latency s"]
     if anchors:
-        header += ["plain", "DETAIL", "FR"]
+        header += ["plain", "DETAIL", "FR", "FR dl2"]
     rows = []
     for r in results:
         culprit = "–" if r.culprit_ok is None else ("yes" if r.culprit_ok else "no")
@@ -271,13 +278,14 @@ def per_case_table(results: list[Dl2Result], anchors: list[AnchorResult] | None)
         nd = " (nd)" if r.nondeterministic else ""
         row = [f"`{r.case}`", f"{r.label}{nd}", r.verdict or "none", culprit, lat]
         if anchors:
-            for name in ANCHORS:
+            for name in ANCHOR_COLUMNS:
                 a = amap.get((name, r.case))
                 if a is None:
                     row.append("–")
                     continue
                 mark = " **det**" if a.detected else ""
                 mark += f" {a.named}" if a.named and a.anchor != "plain" else ""
+                mark += f" cycle {a.cycle}" if a.cycle else ""
                 row.append(f"{a.outcome}{mark}")
         rows.append(row)
     table = markdown_table(header, rows)

@@ -1,4 +1,5 @@
-"""`dl2 analyze RUN_DIR`: post-mortem analysis of a recorded run."""
+"""`dl2 analyze RUN_DIR | DUMPS...`: post-mortem analysis of a recorded run, or of
+PyTorch Flight Recorder dumps (told apart by content)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import argparse
 from dl2.analysis import analyze
 from dl2.cli.options import add_hazards
 from dl2.cli.options import add_json
-from dl2.cli.options import add_run_dir
 from dl2.cli.output import emit
 from dl2.cli.output import write_html
 from dl2.errors import ConfigError
+from dl2.flight.loader import is_flight_input
+from dl2.flight.loader import load_flight_session
 from dl2.model.incremental import stream_run
 from dl2.trace.session import read_run_meta
 from dl2.trace.session import run_quiet
@@ -18,10 +20,16 @@ from dl2.trace.session import run_quiet
 
 class AnalyzeCommand:
     name = "analyze"
-    help = "analyse a recorded run directory and print the diagnosis"
+    help = "analyse a recorded run directory (or Flight Recorder dumps) and print the diagnosis"
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
-        add_run_dir(parser)
+        parser.add_argument(
+            "run_dir",
+            nargs="+",
+            metavar="RUN_DIR",
+            help="a run directory written by `dl2 run`, or PyTorch Flight Recorder dumps: "
+            "a directory of per-rank dump files or the files (pickle or JSON)",
+        )
         add_json(parser)
         add_hazards(parser)
         parser.add_argument(
@@ -47,10 +55,18 @@ class AnalyzeCommand:
             missing = html_available()
             if missing is not None:
                 raise ConfigError(f"--html: {missing}")
+        paths: list[str] = args.run_dir
+        if is_flight_input(paths):
+            report = analyze(load_flight_session(paths), hazards=args.hazards)
+            emit(report, args.json, args.renderer, args.output)
+            if args.html:
+                write_html(report, args.html, None)
+            return report.exit_code
         # the traces are read through the incremental model, a chunk of each at a time
-        session, graph = stream_run(args.run_dir)
+        run_dir = paths[0]
+        session, graph = stream_run(run_dir)
         report = analyze(
-            session, graph=graph, quiet=run_quiet(read_run_meta(args.run_dir)), hazards=args.hazards
+            session, graph=graph, quiet=run_quiet(read_run_meta(run_dir)), hazards=args.hazards
         )
         emit(report, args.json, args.renderer, args.output)
         if args.html:

@@ -80,7 +80,12 @@ def write_html(report: Report, path: str | Path, graph: ExecutionGraph | None = 
     """
     from dl2.render.html import HtmlRenderer
 
-    write_report(HtmlRenderer(graph=graph), report, str(path))
+    try:
+        write_report(HtmlRenderer(graph=graph), report, str(path))
+    except Dl2Error:
+        raise
+    except Exception as err:  # a bug in the renderer: one line, never a traceback
+        raise Dl2Error(f"{path}: HTML report not written: {err!r}") from None
 
 
 def write_html_quietly(report: Report, path: Path, graph: ExecutionGraph | None) -> bool:

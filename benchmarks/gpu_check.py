@@ -192,8 +192,10 @@ for name, folder, file, mode in dumps:
         print(f"torch has no {name} in this build", flush=True)
         continue
     data = fn()
+    if isinstance(data, str):  # the JSON form: str in some releases, bytes in 2.11
+        data = data.encode()
     os.makedirs(os.path.join(out, folder), exist_ok=True)
-    with open(os.path.join(out, folder, file), mode) as f:
+    with open(os.path.join(out, folder, file), "wb") as f:
         f.write(data)
     print(f"{name}: {len(data)} {'bytes' if mode == 'wb' else 'chars'} written", flush=True)
 dist.destroy_process_group()

@@ -299,3 +299,20 @@ def test_cli_reads_a_list_of_dump_files_of_any_prefix(tmp_path: Path) -> None:
     assert report["verdict"] == "deadlock"
     [finding] = [f for f in report["findings"] if f["kind"] == "deadlock"]
     assert finding["ranks"] == [0, 1]
+
+
+def test_a_dump_saved_with_an_extension_keeps_its_rank(tmp_path: Path) -> None:
+    # the JSON form saved as `nccl_trace_rank_<r>.json` (as the GPU check does), the
+    # pickle as `..._<r>.pkl`: the rank is the number before the extension
+    w = _cross(False, "scheduled")
+    json_path = w[0].write_json(tmp_path, prefix="nccl_trace_rank_")
+    json_path.rename(json_path.with_name(json_path.name + ".json"))
+    pickle_path = w[1].write_pickle(tmp_path)
+    pickle_path.rename(pickle_path.with_name(pickle_path.name + ".pkl"))
+    report_path = tmp_path / "report.json"
+    done = _dl2("analyze", "--json", str(report_path), str(tmp_path))
+    assert "Traceback" not in done.stderr, done.stderr
+    report = json.loads(report_path.read_text())
+    assert report["verdict"] == "deadlock", done.stdout + done.stderr
+    [finding] = [f for f in report["findings"] if f["kind"] == "deadlock"]
+    assert finding["ranks"] == [0, 1]

@@ -9,7 +9,7 @@ from dl2.analysis import analyze
 from dl2.cli.options import add_hazards
 from dl2.cli.options import add_json
 from dl2.cli.output import emit
-from dl2.cli.output import write_html
+from dl2.cli.output import write_html_or_fail
 from dl2.errors import ConfigError
 from dl2.flight.loader import is_flight_input
 from dl2.flight.loader import load_flight_session
@@ -60,7 +60,7 @@ class AnalyzeCommand:
             report = analyze(load_flight_session(paths), hazards=args.hazards)
             emit(report, args.json, args.renderer, args.output)
             if args.html:
-                write_html(report, args.html, None)
+                write_html_or_fail(report, args.html, None)
             return report.exit_code
         # the traces are read through the incremental model, a chunk of each at a time
         run_dir = paths[0]
@@ -70,5 +70,5 @@ class AnalyzeCommand:
         )
         emit(report, args.json, args.renderer, args.output)
         if args.html:
-            write_html(report, args.html, graph)
+            write_html_or_fail(report, args.html, graph)
         return report.exit_code

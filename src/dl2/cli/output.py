@@ -80,11 +80,17 @@ def write_html(report: Report, path: str | Path, graph: ExecutionGraph | None = 
     """
     from dl2.render.html import HtmlRenderer
 
+    write_report(HtmlRenderer(graph=graph), report, str(path))
+
+
+def write_html_or_fail(report: Report, path: str, graph: ExecutionGraph | None) -> None:
+    """:func:`write_html` for ``dl2 analyze --html``: a bug in the renderer is one line
+    and exit 2 (:class:`Dl2Error`), never a traceback."""
     try:
-        write_report(HtmlRenderer(graph=graph), report, str(path))
+        write_html(report, path, graph)
     except Dl2Error:
         raise
-    except Exception as err:  # a bug in the renderer: one line, never a traceback
+    except Exception as err:
         raise Dl2Error(f"{path}: HTML report not written: {err!r}") from None
 
 

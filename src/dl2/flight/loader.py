@@ -39,7 +39,9 @@ from dl2.trace.session import Session
 #: outside (a watchdog timeout, or the dump taken by hand at a hang)
 ENDING = "hang-timeout"
 
-_RANK = re.compile(r"(\d+)$")
+#: the rank ends the file name, before an extension a dump may be given (torch writes
+#: none; people save the JSON form as ``nccl_trace_rank_0.json``)
+_RANK = re.compile(r"(\d+)(?:\.(?:json|pkl|pickle|bin|dump))?$", re.IGNORECASE)
 
 
 def dump_candidates(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -132,7 +134,7 @@ def load_flight_session(paths: Sequence[str | os.PathLike[str]]) -> Session:
         if match is None:
             raise FlightDumpError(
                 f"{path}: a dump's rank is the number that ends its file name "
-                "(nccl_trace_rank_<r>); this name has none"
+                "(nccl_trace_rank_<r>, or with .json/.pkl after it); this name has none"
             )
         rank = int(match.group(1))
         if rank in dumps:

@@ -141,6 +141,10 @@ def _is_closer(entry: FrEntry) -> bool:
     return entry.name == "coalesced"
 
 
+def _is_p2p(entry: FrEntry) -> bool:
+    return entry.is_p2p or entry.name.startswith(("send ", "recv "))
+
+
 def launches(entries: tuple[FrEntry, ...]) -> list[Launch]:
     """The rank's launches in order: coalesced groups joined."""
     found: list[Launch] = []
@@ -149,15 +153,20 @@ def launches(entries: tuple[FrEntry, ...]) -> list[Launch]:
             found.append(Launch([entry]))
             continue
         members: list[FrEntry] = []
+        p2p: bool | None = None  # what the group holds: P2P ops or collectives, never both
         while found and len(found[-1].entries) == 1 and found[-1].closer is None:
             prev = found[-1].entries[0]
+            prev_p2p = _is_p2p(prev)
+            if p2p is not None and prev_p2p != p2p:
+                break  # torch 2.11: a P2P batch's closer repeats the collective seq id
             same = prev.pg_name == entry.pg_name and (
                 prev.p2p_seq_id == entry.p2p_seq_id
-                if prev.is_p2p
+                if prev_p2p
                 else prev.collective_seq_id == entry.collective_seq_id
             )
             if not same:
                 break
+            p2p = prev_p2p
             members.insert(0, prev)
             found.pop()
         found.append(Launch(members, entry))
@@ -367,7 +376,7 @@ def _ops(
 ) -> list[OpRecord]:
     """The op records of a launch (a coalesced collective is one op)."""
     members = launch.entries
-    p2p = [e for e in members if e.is_p2p or e.name.startswith(("send ", "recv "))]
+    p2p = [e for e in members if _is_p2p(e)]
     if p2p and len(p2p) == len(members):
         ops = []
         batch: int | None = None

@@ -17,6 +17,8 @@ For the analysis side only: it imports msgspec, which the recorder never loads.
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,9 +43,16 @@ class Frame(msgspec.Struct, array_like=True, frozen=True, gc=False):
     function: str = "?"
 
 
+#: Python's own library (``/usr/lib/python3.11/contextlib.py``, a pyenv's or conda's
+#: ``.../lib/python3.11/``, Windows' ``...\\Lib\\``): a ``with`` block's ``__exit__``
+#: or a thread's ``run`` is not the user's line
+_STDLIB = re.compile(r"[/\\]lib[/\\]python\d(?:\.\d+)?[/\\]|[/\\]Lib[/\\][^/\\]+\.py$")
+
+
 def is_installed_file(file: str) -> bool:
-    """A file of an installed package (site-packages), not of the user's own code."""
-    return "site-packages" in file or "dist-packages" in file
+    """A file of an installed package (site-packages) or of Python's own library, not
+    of the user's own code."""
+    return "site-packages" in file or "dist-packages" in file or _STDLIB.search(file) is not None
 
 
 def report_frame(stack: Sequence[Frame]) -> Frame | None:

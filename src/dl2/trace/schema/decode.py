@@ -18,7 +18,6 @@ For the analysis side only: it imports msgspec, which the recorder never loads.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Sequence
 from typing import Any
 

@@ -39,6 +39,8 @@ DEFAULT_DIR = "dl2-runs"
 DEFAULT_HANG_TIMEOUT = 60.0
 #: seconds the stopped ranks get after SIGTERM before SIGKILL
 GRACE_S = 2.0
+#: seconds between two looks at a test's run directory (dl2 run's default poll)
+POLL_S = 0.2
 _KEY = pytest.StashKey["_Watch"]()
 
 
@@ -130,38 +132,51 @@ class _Watch:
     """One test's run directory and the thread that monitors it."""
 
     def __init__(self, run_dir: Path, hang_timeout: float) -> None:
-        from dl2.live.monitor import Monitor
-        from dl2.live.monitor import MonitorOptions
-
         self.run_dir = run_dir
+        self.hang_timeout = hang_timeout
         self.job = _TestJob()
         self.notes: list[str] = []
-        options = MonitorOptions(hang_timeout=hang_timeout, suspect_after=hang_timeout)
-        self.monitor = Monitor(run_dir, self.job, options, notice=self.notes.append)  # type: ignore[arg-type]
+        self.monitor: Any = None  # built when the first trace appears
         self.verdict: _Verdict | None = None
         self.error: str | None = None
         self.thread = threading.Thread(target=self._follow, name="dl2-monitor", daemon=True)
 
     def _follow(self) -> None:
+        from dl2.trace.format import TRACE_SUFFIX
+
         try:
             while not self.job.finished():
-                if not any(self.run_dir.glob("*.dl2.jsonl")):
-                    time.sleep(self.monitor.options.poll_interval)
-                    continue
+                if self.monitor is None:
+                    if not any(self.run_dir.glob("*" + TRACE_SUFFIX)):
+                        time.sleep(POLL_S)
+                        continue
+                    self.monitor = self._monitor()
                 outcome = self.monitor.step()
                 if outcome is not None and outcome.reason in ("deadlock", "hang-timeout"):
                     self.verdict = _conclude(self.run_dir, outcome)
                     return
                 if outcome is not None:
                     return
-                time.sleep(self.monitor.options.poll_interval)
+                time.sleep(POLL_S)
         except Exception as err:  # dl2 must never break the test run
             self.error = f"dl2 monitor stopped: {err!r}"
+
+    def _monitor(self) -> Any:
+        """dl2's live monitor on the run directory (imported only for tests that record)."""
+        from dl2.live.monitor import Monitor
+        from dl2.live.monitor import MonitorOptions
+
+        options = MonitorOptions(
+            poll_interval=POLL_S, hang_timeout=self.hang_timeout, suspect_after=self.hang_timeout
+        )
+        return Monitor(self.run_dir, self.job, options, notice=self.notes.append)  # type: ignore[arg-type]
 
     def finish(self) -> None:
         """The test call returned: stop following, end the ranks it left behind."""
         self.job.done.set()
         self.thread.join(timeout=30)
+        if self.monitor is None:
+            return
         left = [p for p in self.monitor.tailer.pids().values() if _alive(p)]
         if left:
             kill_ranks(left)

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from dl2.analysis import analyze
+from dl2.cli.options import add_hazards
 from dl2.cli.options import add_run_dir
 from dl2.errors import Dl2Error
 from dl2.model.execution_graph import build_execution_graph
@@ -21,6 +22,7 @@ class ExportCommand:
 
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         add_run_dir(parser)
+        add_hazards(parser)
         parser.add_argument(
             "--perfetto",
             metavar="FILE",
@@ -35,7 +37,8 @@ class ExportCommand:
     def run(self, args: argparse.Namespace) -> int:
         session = load_session(args.run_dir)
         graph = build_execution_graph(session)  # every op: the timeline shows them all
-        report = analyze(session, graph=graph, quiet=run_quiet(read_run_meta(args.run_dir)))
+        quiet = run_quiet(read_run_meta(args.run_dir))
+        report = analyze(session, graph=graph, quiet=quiet, hazards=args.hazards)
         if args.perfetto == "-":
             count = write_trace(session, graph, report, sys.stdout)
             return 0

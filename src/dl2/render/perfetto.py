@@ -215,17 +215,19 @@ def _us(ns: int) -> float:
     return round(ns / 1000, 3)
 
 
-def _finding_ts(finding: Finding, rank: int, ranks: dict[int, _Rank], end: int) -> int:
-    """When to mark a finding on a rank: the start of the op it names there (the last
-    such call), else the end of the trace."""
-    r = ranks.get(rank)
-    if r is not None:
-        for ref in finding.ops:
-            if ref.rank != rank:
-                continue
-            for s in reversed(r.slices):
-                if s.name == ref.op and not s.waits:
-                    return s.start
+def _last_calls(ranks: dict[int, _Rank]) -> dict[tuple[int, str], int]:
+    """(rank, op) -> the start of the rank's last call of that op."""
+    return {(r.rank, s.name): s.start for r in ranks.values() for s in r.slices if not s.waits}
+
+
+def _finding_ts(
+    finding: Finding, rank: int, last_calls: dict[tuple[int, str], int], end: int
+) -> int:
+    """When to mark a finding on a rank: the start of the rank's last call of the op the
+    finding names there, else the end of the trace."""
+    for ref in finding.ops:
+        if ref.rank == rank and (rank, ref.op) in last_calls:
+            return last_calls[(rank, ref.op)]
     return end
 
 
@@ -277,6 +279,7 @@ def iter_events(
                 if s.flow_out:
                     event["flow_out"] = True
             yield event
+    last_calls = _last_calls(ranks) if report.findings else {}
     for finding in report.findings:
         args: dict[str, Any] = {"message": finding.message}
         if finding.hint:
@@ -293,7 +296,7 @@ def iter_events(
                 "name": finding.kind.value,
                 "pid": rank,
                 "tid": ranks[rank].tids[0] if ranks[rank].tids else 0,
-                "ts": _us(_finding_ts(finding, rank, ranks, end) - origin),
+                "ts": _us(_finding_ts(finding, rank, last_calls, end) - origin),
                 "args": args,
             }
 

@@ -56,6 +56,8 @@ def check_trace(trace: dict[str, Any]) -> Counts:
     for event in events:
         assert event["ph"] in PHASES, event
         assert isinstance(event["pid"], int) and isinstance(event["tid"], int), event
+        # the trace processor reads both as 32-bit unsigned numbers; tid 0 is its idle thread
+        assert 0 <= event["pid"] < 1 << 32 and 0 < event["tid"] < 1 << 32, event
         assert isinstance(event["name"], str) and event["name"], event
         if event["ph"] == "M":
             assert event["name"] in METADATA, event

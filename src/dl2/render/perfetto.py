@@ -41,6 +41,8 @@ from dl2.trace.session import Session
 CATEGORY = "dl2"
 #: the ``thread_name`` of the thread that issued a rank's first op
 MAIN_THREAD = "main thread"
+#: tids a rank's threads take (``rank * THREADS_PER_RANK + 1`` onwards)
+THREADS_PER_RANK = 1000
 
 
 @dataclass
@@ -66,7 +68,8 @@ class _Rank:
     pid: int
     host: str
     slices: list[_Slice] = field(default_factory=list)
-    tids: list[int] = field(default_factory=list)
+    #: the thread ident the records carry -> its track's tid, in order of first use
+    tids: dict[int, int] = field(default_factory=dict)
     last: int = 0  # ns from the origin of its latest record
     main: dict[int, int] = field(default_factory=dict)  # op id -> index of its slice
 
@@ -81,7 +84,13 @@ def _read_rank(rank: int, session: Session, offset: int) -> _Rank:
     header = trace.header
     out = _Rank(rank, header.pid, header.host)
     open_: dict[int, int] = {}  # call or wait id -> index in out.slices
-    seen: set[int] = set()
+
+    def track(ident: int) -> int:
+        tid = out.tids.get(ident)
+        if tid is None:
+            tid = out.tids[ident] = _tid(rank, len(out.tids))
+        return tid
+
     last = header.t0 + offset if header.t0 else 0
     for rec in _records(trace.records):
         t = getattr(rec, "t", 0)
@@ -93,25 +102,27 @@ def _read_rank(rank: int, session: Session, offset: int) -> _Rank:
             name = rec.op if isinstance(rec, OpRecord) else f"store_{rec.op}"
             open_[rec.id] = len(out.slices)
             out.main[rec.id] = len(out.slices)
-            out.slices.append(_Slice(rec.tid, t + offset, None, name, rec.id, False))
+            out.slices.append(_Slice(track(rec.tid), t + offset, None, name, rec.id, False))
         elif isinstance(rec, WaitRecord):
             call = out.main.get(rec.work)
             name = "wait " + (out.slices[call].name if call is not None else "?")
             open_[rec.id] = len(out.slices)
             if call is not None:
                 out.main[rec.work] = len(out.slices)  # the wait is where the op completes
-            out.slices.append(_Slice(rec.tid, t + offset, None, name, rec.work, True))
+            out.slices.append(_Slice(track(rec.tid), t + offset, None, name, rec.work, True))
         elif isinstance(rec, RetRecord):
             index = open_.pop(rec.id, None)
             if index is not None:
                 out.slices[index].end = t + offset
-        else:
-            continue
-        if out.slices and out.slices[-1].tid not in seen:
-            seen.add(out.slices[-1].tid)
-            out.tids.append(out.slices[-1].tid)
     out.last = last
     return out
+
+
+def _tid(rank: int, index: int) -> int:
+    """The tid of a rank's ``index``-th thread: the trace processor reads tids as 32-bit
+    unsigned numbers (a Python thread ident is a 64-bit address), and 0 is its idle
+    thread; distinct across ranks, so that no two ranks' threads are ever taken as one."""
+    return rank * THREADS_PER_RANK + index + 1
 
 
 def _records(records: Iterable[object]) -> Iterator[object]:
@@ -238,7 +249,7 @@ def iter_events(
     offsets = _offset(session)
     ranks = {r: _read_rank(r, session, offsets[r]) for r in sorted(session.traces)}
     starts = [s.start for r in ranks.values() for s in r.slices]
-    origin = min(starts, default=0)
+    origin = min(starts, default=min((r.last for r in ranks.values()), default=0))
     end = max((r.last for r in ranks.values()), default=origin)
     for r in ranks.values():
         _clamp(r.slices, end)
@@ -251,10 +262,10 @@ def iter_events(
     }
     for r in ranks.values():
         name = f"rank {r.rank}" + (f" (pid {r.pid}" + (f" on {r.host})" if r.host else ")"))
-        yield _meta("process_name", r.rank, 0, {"name": name})
-        yield _meta("process_sort_index", r.rank, 0, {"sort_index": r.rank})
-        for i, tid in enumerate(r.tids):
-            label = MAIN_THREAD if i == 0 else f"thread {tid}"
+        yield _meta("process_name", r.rank, _tid(r.rank, 0), {"name": name})
+        yield _meta("process_sort_index", r.rank, _tid(r.rank, 0), {"sort_index": r.rank})
+        for i, (ident, tid) in enumerate(r.tids.items()):
+            label = MAIN_THREAD if i == 0 else f"thread {ident:#x}"
             yield _meta("thread_name", r.rank, tid, {"name": label})
     for r in ranks.values():
         timeline = graph.timelines.get(r.rank)
@@ -295,7 +306,7 @@ def iter_events(
                 "cat": CATEGORY,
                 "name": finding.kind.value,
                 "pid": rank,
-                "tid": ranks[rank].tids[0] if ranks[rank].tids else 0,
+                "tid": _tid(rank, 0),
                 "ts": _us(_finding_ts(finding, rank, last_calls, end) - origin),
                 "args": args,
             }

@@ -221,9 +221,9 @@ class _Dl2Plugin:
     """The plugin's hooks, registered when ``--dl2`` is given."""
 
     def __init__(self, config: pytest.Config) -> None:
-        self.base = Path(config.getoption("dl2_dir")).resolve() / time.strftime(
-            "pytest-%Y%m%d-%H%M%S"
-        )
+        self.root = Path(config.getoption("dl2_dir")).resolve()
+        self.root_existed = self.root.exists()
+        self.base = self.root / time.strftime("pytest-%Y%m%d-%H%M%S")
         self.hang_timeout = float(config.getoption("dl2_hang_timeout"))
 
     @pytest.hookimpl(hookwrapper=True)
@@ -250,10 +250,12 @@ class _Dl2Plugin:
             watch.finish()
             if not any(run_dir.iterdir()):
                 shutil.rmtree(run_dir, ignore_errors=True)
-                try:
-                    self.base.rmdir()  # only if no other test left a run there
-                except OSError:
-                    pass
+                # only directories this session made and no test left a run in
+                for made in (self.base, *(() if self.root_existed else (self.root,))):
+                    try:
+                        made.rmdir()
+                    except OSError:
+                        break
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(
@@ -272,9 +274,15 @@ class _Dl2Plugin:
         if verdict is None:
             return
         where = "\n".join(f"dl2 report: {p}" for p in verdict.paths)
-        why = "deadlock" if verdict.reason == "deadlock" else "hang"
+        if verdict.reason == "deadlock":
+            why = "dl2: deadlock proven while the test ran; dl2 stopped its ranks"
+        else:
+            why = (
+                f"dl2: the test's ranks sat in communication for {self.hang_timeout:g} s "
+                "without progress (--dl2-hang-timeout); dl2 stopped them"
+            )
         lines = [
-            f"dl2: {why} proven while the test ran; dl2 stopped its ranks",
+            why,
             "",
             verdict.text.rstrip(),
             "",

@@ -186,6 +186,12 @@ def test_passing_and_untouched_tests(pytester: pytest.Pytester) -> None:
     assert not (dirs["test_spawn_passes"] / "report.json").exists()
 
 
+def test_untouched_test_leaves_no_directory(pytester: pytest.Pytester) -> None:
+    result, _, runs = _run(pytester, "test_no_process_group")
+    result.assert_outcomes(passed=1)
+    assert not runs.exists()  # made for the test, removed with it: nothing was recorded
+
+
 def test_multiprocessing_deadlock_fails(pytester: pytest.Pytester) -> None:
     result, calls, runs = _run(pytester, "test_multiprocessing_deadlock")
     result.assert_outcomes(failed=1)

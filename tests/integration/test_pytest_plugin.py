@@ -2,14 +2,17 @@
 start process groups: a deadlocked test fails within seconds with dl2's diagnosis, a
 passing test passes, a test that starts none is untouched, and no rank is left behind.
 
-Each case runs an inner pytest in a subprocess (pytester), with a hard timeout.
+The inner tests run in one pytest session in a subprocess, with a hard timeout; the
+junit XML gives each one's outcome and failure message.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,15 +22,15 @@ from dl2.live.launcher import process_alive
 from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import read_trace_file
 
-pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.timeout(240)
 
 #: the inner tests: worker functions at module level (spawn pickles them by name)
 TESTS = '''
+import multiprocessing
+import os
 import socket
 import subprocess
 import sys
-import multiprocessing
 
 import torch
 import torch.distributed as dist
@@ -81,10 +84,8 @@ def test_multiprocessing_deadlock():
     assert all(p.exitcode == 0 for p in procs)
 
 
-def test_no_process_group(tmp_path):
-    assert sum(range(4)) == 6
-
-
+def test_no_process_group():
+    assert "DL2_RUN_DIR" in os.environ  # the plugin's environment, and nothing else
 TORCHRUN_JOB = """
 import torch
 import torch.distributed as dist
@@ -117,100 +118,133 @@ def pytest_runtest_logreport(report):
 
 
 @dataclass(frozen=True)
-class Call:
-    """A test call's wall-clock span (``time.time()``)."""
+class Inner:
+    """One inner test: its outcome, failure message, call span and run directory."""
 
+    outcome: str  # "passed" or "failed"
+    message: str
     start: float
     stop: float
+    run_dir: Path | None
 
 
-def _run(pytester: pytest.Pytester, *select: str) -> tuple[pytest.RunResult, dict[str, Call], Path]:
-    pytester.makepyfile(test_jobs=TESTS)
-    pytester.makeconftest(CONFTEST)
-    runs, times = pytester.path / "runs", pytester.path / "calls.jsonl"
-    os.environ["OMP_NUM_THREADS"] = "1"
-    os.environ["CALL_TIMES"] = str(times)
-    result = pytester.runpytest_subprocess(
-        "--dl2", f"--dl2-dir={runs}", "-p", "no:cacheprovider", "-k", " or ".join(select),
-        timeout=200,
+@dataclass(frozen=True)
+class Session:
+    output: str
+    tests: dict[str, Inner]
+    runs: Path
+
+
+def _run_inner(where: Path, source: str, *args: str) -> Session:
+    (where / "test_jobs.py").write_text(source)
+    (where / "conftest.py").write_text(CONFTEST)
+    runs, times, xml = where / "runs", where / "calls.jsonl", where / "junit.xml"
+    env = dict(os.environ, OMP_NUM_THREADS="1", CALL_TIMES=str(times))
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--dl2", f"--dl2-dir={runs}", f"--junitxml={xml}",
+         "-p", "no:cacheprovider", "-q", *args],
+        cwd=where, env=env, capture_output=True, text=True, timeout=400, check=False,
     )  # fmt: skip
-    calls = {}
+    output = done.stdout + done.stderr
+    assert xml.exists(), output
+    spans = {}
     for line in times.read_text().splitlines():
         name, start, stop = json.loads(line)
-        calls[name] = Call(start, stop)
-    return result, calls, runs
+        spans[name] = (start, stop)
+    dirs = {d.name.split("-", 2)[2]: d for d in runs.glob("pytest-*/*") if d.is_dir()}
+    tests = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = case.attrib["name"]
+        failure = case.find("failure")
+        message = "" if failure is None else (failure.text or "")
+        tests[name] = Inner(
+            "passed" if failure is None and case.find("error") is None else "failed",
+            message, *spans[name], dirs.get(name),
+        )  # fmt: skip
+    return Session(output, tests, runs)
 
 
-def _failed_within(call: Call, run_dir: Path, seconds: float) -> None:
+@pytest.fixture(scope="module")
+def inner(tmp_path_factory: pytest.TempPathFactory) -> Session:
+    """Every inner test, in one session."""
+    return _run_inner(tmp_path_factory.mktemp("inner"), TESTS)
+
+
+def _failed_within(test: Inner, seconds: float) -> None:
     """The test failed within ``seconds`` of its ranks' start (their first record: a
     loaded machine can take longer than that to start Python and import torch, which is
     not dl2's doing; the test's whole call is printed too)."""
-    started = min(read_trace_file(str(f)).header.wall for f in run_dir.glob("*" + TRACE_SUFFIX))
-    took = call.stop - started / 1e9
+    assert test.run_dir is not None
+    files = test.run_dir.glob("*" + TRACE_SUFFIX)
+    started = min(read_trace_file(str(f)).header.wall for f in files) / 1e9
+    took = test.stop - started
     assert took < seconds, (
-        f"failed {took:.1f} s after the ranks started ({call.stop - call.start:.1f} s call)"
+        f"failed {took:.1f} s after the ranks started ({test.stop - test.start:.1f} s call)"
     )
 
 
-def _run_dirs(runs: Path) -> dict[str, Path]:
-    """test name -> its run directory (named <time>-<test>)."""
-    return {d.name.split("-", 2)[2]: d for d in runs.glob("pytest-*/*") if d.is_dir()}
-
-
-def _rank_pids(run_dir: Path) -> list[int]:
+def _rank_pids(run_dir: Path | None) -> list[int]:
+    assert run_dir is not None
     return [read_trace_file(str(f)).header.pid for f in run_dir.glob("*" + TRACE_SUFFIX)]
 
 
-def test_spawned_deadlock_fails_fast_with_the_cycle(pytester: pytest.Pytester) -> None:
-    result, calls, runs = _run(pytester, "test_spawn_deadlock")
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
-    assert "dl2: deadlock proven while the test ran" in out
-    assert "rank 0 send→1 (test_jobs.py:" in out and "rank 1 send→0 (test_jobs.py:" in out
-    run_dir = _run_dirs(runs)["test_spawn_deadlock"]
-    report = json.loads((run_dir / "report.json").read_text())
-    assert report["verdict"] == "deadlock"
-    assert f"dl2 report: {run_dir / 'report.json'}" in out
-    pids = _rank_pids(run_dir)
-    assert len(pids) == 2 and not any(process_alive(p) for p in pids)
-    _failed_within(calls["test_spawn_deadlock"], run_dir, 10)
-
-
-def test_passing_and_untouched_tests(pytester: pytest.Pytester) -> None:
-    result, _, runs = _run(pytester, "test_spawn_passes", "test_no_process_group")
-    result.assert_outcomes(passed=2)
-    assert "dl2:" not in result.stdout.str() and "dl2 report" not in result.stdout.str()
-    dirs = _run_dirs(runs)
-    assert "test_no_process_group" not in dirs  # nothing recorded, nothing left
-    assert len(_rank_pids(dirs["test_spawn_passes"])) == 2  # recorded, not stopped
-    assert not (dirs["test_spawn_passes"] / "report.json").exists()
-
-
-def test_untouched_test_leaves_no_directory(pytester: pytest.Pytester) -> None:
-    result, _, runs = _run(pytester, "test_no_process_group")
-    result.assert_outcomes(passed=1)
-    assert not runs.exists()  # made for the test, removed with it: nothing was recorded
-
-
-def test_multiprocessing_deadlock_fails(pytester: pytest.Pytester) -> None:
-    result, calls, runs = _run(pytester, "test_multiprocessing_deadlock")
-    result.assert_outcomes(failed=1)
-    assert "DEADLOCK: 2 ranks wait on each other forever" in result.stdout.str()
-    run_dir = _run_dirs(runs)["test_multiprocessing_deadlock"]
-    pids = _rank_pids(run_dir)
-    assert len(pids) == 2 and not any(process_alive(p) for p in pids)
-    _failed_within(calls["test_multiprocessing_deadlock"], run_dir, 10)
-
-
-def test_torchrun_subprocess_deadlock_fails(pytester: pytest.Pytester) -> None:
-    result, calls, runs = _run(pytester, "test_torchrun_deadlock")
-    result.assert_outcomes(failed=1)
-    out = result.stdout.str()
-    assert "rank 0 send→1 (job.py:7)" in out and "rank 1 send→0 (job.py:7)" in out
-    run_dir = _run_dirs(runs)["test_torchrun_deadlock"]
-    pids = _rank_pids(run_dir)
+def _stopped(test: Inner) -> None:
+    """dl2 recorded two ranks and none of them is left running."""
+    pids = _rank_pids(test.run_dir)
     assert len(pids) >= 2 and not any(process_alive(p) for p in pids)
-    _failed_within(calls["test_torchrun_deadlock"], run_dir, 10)
+
+
+def test_spawned_deadlock_fails_fast_with_the_cycle(inner: Session) -> None:
+    test = inner.tests["test_spawn_deadlock"]
+    assert test.outcome == "failed"
+    assert test.message.startswith("dl2: deadlock proven while the test ran")
+    assert "rank 0 send→1 (test_jobs.py:" in test.message
+    assert "rank 1 send→0 (test_jobs.py:" in test.message
+    assert test.run_dir is not None
+    report = json.loads((test.run_dir / "report.json").read_text())
+    assert report["verdict"] == "deadlock"
+    assert f"dl2 report: {test.run_dir / 'report.json'}" in test.message
+    assert "ProcessExitedException" in test.message  # mp.spawn raised, not hung
+    _stopped(test)
+    _failed_within(test, 10)
+
+
+def test_passing_test_passes_recorded(inner: Session) -> None:
+    test = inner.tests["test_spawn_passes"]
+    assert test.outcome == "passed", test.message
+    assert len(_rank_pids(test.run_dir)) == 2  # recorded, not stopped
+    assert test.run_dir is not None and not (test.run_dir / "report.json").exists()
+
+
+def test_test_without_process_group_is_untouched(inner: Session) -> None:
+    test = inner.tests["test_no_process_group"]
+    assert test.outcome == "passed", test.message
+    assert test.run_dir is None  # nothing recorded, nothing left
+
+
+def test_multiprocessing_deadlock_fails(inner: Session) -> None:
+    test = inner.tests["test_multiprocessing_deadlock"]
+    assert test.outcome == "failed"
+    assert "DEADLOCK: 2 ranks wait on each other forever" in test.message
+    _stopped(test)
+    _failed_within(test, 10)
+
+
+def test_torchrun_subprocess_deadlock_fails(inner: Session) -> None:
+    test = inner.tests["test_torchrun_deadlock"]
+    assert test.outcome == "failed"
+    assert "rank 0 send→1 (job.py:7)" in test.message
+    assert "rank 1 send→0 (job.py:7)" in test.message
+    assert "CalledProcessError" in test.message  # torchrun exited, not hung
+    _stopped(test)
+    _failed_within(test, 10)
+
+
+def test_session_without_process_groups_leaves_no_directory(tmp_path: Path) -> None:
+    session = _run_inner(tmp_path, "def test_plain():\n    assert sum(range(4)) == 6\n")
+    assert session.tests["test_plain"].outcome == "passed"
+    assert "dl2" not in session.output.replace("--dl2", "")
+    assert not session.runs.exists()  # made for the test, removed with it
 
 
 def test_plugin_is_registered_by_its_entry_point() -> None:

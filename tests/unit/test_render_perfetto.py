@@ -121,3 +121,27 @@ def test_trace_processor_loads_the_export(tmp_path: Path) -> None:
         "flows": counts.flows,
         "processes": 2,
     }
+
+
+def test_each_thread_gets_a_track_with_a_32_bit_tid() -> None:
+    """A work waited on by another thread: two tracks on the rank, tids the trace
+    processor can read (the records carry 64-bit thread idents)."""
+    r0, r1 = ranks(2)
+    op = r0.isend(3, peer=1)
+    wait_id = 99
+    r0.encoder.wait(wait_id, r0._time(), 140497836292992, op, 0)
+    r0.ret(wait_id)
+    r1.call("recv", 4, peer=0)
+    trace = _export([r0, r1])
+    counts = check_trace(trace)
+    assert counts.threads == 3 and counts.flows == 1
+    events = trace["traceEvents"]
+    assert isinstance(events, list)
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert names == {
+        (0, 1): "main thread",
+        (0, 2): "thread 0x7fc8339fbb80",
+        (1, 1001): "main thread",
+    }
+    wait = next(e for e in events if e["name"] == "wait send")
+    assert wait["tid"] == 2 and wait["bind_id"] and wait["flow_out"]

@@ -107,8 +107,7 @@ def _read_rank(rank: int, session: Session, offset: int) -> _Rank:
             call = out.main.get(rec.work)
             name = "wait " + (out.slices[call].name if call is not None else "?")
             open_[rec.id] = len(out.slices)
-            if call is not None:
-                out.main[rec.work] = len(out.slices)  # the wait is where the op completes
+            out.main[rec.work] = len(out.slices)  # the wait is where the op completes
             out.slices.append(_Slice(track(rec.tid), t + offset, None, name, rec.work, True))
         elif isinstance(rec, RetRecord):
             index = open_.pop(rec.id, None)

@@ -4,7 +4,9 @@ Around each test's call the plugin sets the environment ``dl2 run`` gives a job 
 bootstrap first on ``PYTHONPATH``, ``DL2_RUN_DIR`` a fresh run directory for the test),
 so every Python process the test starts - ``torch.multiprocessing.spawn`` children,
 ``multiprocessing`` children of the spawn or forkserver start method, a ``torchrun``
-subprocess and its workers - records its communication there.  A thread of the pytest
+subprocess and its workers - records its communication there; a child forked from the
+pytest process (start method ``fork``) gets the recorder from an at-fork hook when the
+test has imported ``torch.distributed``.  A thread of the pytest
 process follows that directory with dl2's live monitor (:class:`dl2.live.monitor.Monitor`);
 when it proves a deadlock it stops the test's ranks (only the processes whose trace
 headers name them, never pytest itself), so the test's ``spawn`` or ``subprocess`` call
@@ -13,9 +15,7 @@ written to ``report.json`` in the run directory (and ``report.html`` where dl2 h
 ``html`` renderer) and its path is printed in the failure.
 
 A test that starts no process group pays for the environment variables and a thread
-that lists an empty directory; its run directory is removed afterwards.  Children
-forked (start method ``fork``) from the pytest process are not recorded: they never
-start a new interpreter, so the bootstrap never runs in them.
+that lists an empty directory; its run directory is removed afterwards.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Generator
@@ -70,8 +71,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _fork_hook
     if config.getoption("dl2"):
         config.pluginmanager.register(_Dl2Plugin(config), "dl2-live")
+        if not _fork_hook and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
+            _fork_hook = True
+
+
+#: the run directory of the test being called, for the children it forks
+_fork_run_dir: str | None = None
+_fork_hook = False
+
+
+def _after_fork_in_child() -> None:
+    """A child forked from the pytest process during a test (``multiprocessing``'s
+    ``fork`` start method) starts no interpreter, so the bootstrap never runs in it:
+    install the recorder here, if the test imported torch.distributed already."""
+    run_dir = _fork_run_dir
+    if run_dir is None or "torch.distributed" not in sys.modules:
+        return
+    try:
+        from dl2.record import install
+
+        install(run_dir)
+    except Exception:  # never break the test's child
+        pass
 
 
 @dataclass
@@ -221,6 +246,14 @@ class _Dl2Plugin:
     """The plugin's hooks, registered when ``--dl2`` is given."""
 
     def __init__(self, config: pytest.Config) -> None:
+        # Import now what the monitor thread and the at-fork hook use: a child forked
+        # while another thread imports a module waits forever on that module's lock.
+        import dl2.live.launcher
+        import dl2.live.monitor
+        import dl2.record.install
+        import dl2.render
+        import dl2.trace.format  # noqa: F401
+
         self.root = Path(config.getoption("dl2_dir")).resolve()
         self.root_existed = self.root.exists()
         self.base = self.root / time.strftime("pytest-%Y%m%d-%H%M%S")
@@ -239,9 +272,12 @@ class _Dl2Plugin:
         watch = _Watch(run_dir, self.hang_timeout)
         item.stash[_KEY] = watch
         watch.thread.start()
+        global _fork_run_dir
+        _fork_run_dir = env["DL2_RUN_DIR"]
         try:
             yield
         finally:
+            _fork_run_dir = None
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)

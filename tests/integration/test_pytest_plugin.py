@@ -74,7 +74,15 @@ def test_spawn_passes():
 
 
 def test_multiprocessing_deadlock():
-    ctx = multiprocessing.get_context("spawn")
+    _processes("spawn")
+
+
+def test_fork_deadlock():
+    _processes("fork")
+
+
+def _processes(method):
+    ctx = multiprocessing.get_context(method)
     port = _port()
     procs = [ctx.Process(target=_send_send, args=(r, port)) for r in range(2)]
     for p in procs:
@@ -226,6 +234,15 @@ def test_multiprocessing_deadlock_fails(inner: Session) -> None:
     test = inner.tests["test_multiprocessing_deadlock"]
     assert test.outcome == "failed"
     assert "DEADLOCK: 2 ranks wait on each other forever" in test.message
+    _stopped(test)
+    _failed_within(test, 10)
+
+
+def test_forked_deadlock_fails(inner: Session) -> None:
+    """Ranks forked from the pytest process: the at-fork hook records them."""
+    test = inner.tests["test_fork_deadlock"]
+    assert test.outcome == "failed"
+    assert "rank 0 send→1 (test_jobs.py:" in test.message
     _stopped(test)
     _failed_within(test, 10)
 

@@ -304,8 +304,9 @@ class _Dl2Plugin:
         if watch is None:
             return
         report: pytest.TestReport = outcome.get_result()
-        if watch.error is not None:
-            report.sections.append(("dl2", watch.error))
+        notes = [*watch.notes, *([watch.error] if watch.error is not None else [])]
+        if notes:  # shown with the test's output: a stop, a monitor fault, ranks ended
+            report.sections.append(("dl2", "\n".join(notes)))
         verdict = watch.verdict
         if verdict is None:
             return

@@ -33,11 +33,19 @@ class _Parser(argparse.ArgumentParser):
 def _commands() -> list[Command]:
     from dl2.cli.analyze import AnalyzeCommand
     from dl2.cli.dump import DumpCommand
+    from dl2.cli.export import ExportCommand
     from dl2.cli.predict import PredictCommand
     from dl2.cli.replay import ReplayCommand
     from dl2.cli.run import RunCommand
 
-    return [RunCommand(), AnalyzeCommand(), DumpCommand(), PredictCommand(), ReplayCommand()]
+    return [
+        RunCommand(),
+        AnalyzeCommand(),
+        DumpCommand(),
+        PredictCommand(),
+        ReplayCommand(),
+        ExportCommand(),
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from enum import Enum
 
+from dl2.model.ops import Op
 from dl2.model.stuck import RankStatus
 
 
@@ -192,3 +193,23 @@ class Report:
     @property
     def exit_code(self) -> int:
         return self.verdict.exit_code
+
+
+def op_ref(op: Op) -> OpRef:
+    """The report's view of a model op: who, what, where in the user's code."""
+    frame = op.frame
+    peer = op.peer if op.kind == "p2p" else op.root
+    if op.op == "recv" and op.peer is None:
+        peer = op.src
+    return OpRef(
+        rank=op.rank,
+        op=op.op,
+        group=op.gid,
+        seq=op.seq,
+        peer=peer,
+        api=op.api,
+        detail=op.signature,
+        file=frame.file if frame else None,
+        line=frame.line if frame else None,
+        function=frame.function if frame else None,
+    )

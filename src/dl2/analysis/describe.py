@@ -5,28 +5,8 @@ from __future__ import annotations
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
 from dl2.ranks import ranks_phrase
-from dl2.report import OpRef
+from dl2.report import op_ref as op_ref  # re-exported: the analyses' import
 from dl2.report import store_call
-
-
-def op_ref(op: Op) -> OpRef:
-    """The report's view of an op: who, what, where in the user's code."""
-    frame = op.frame
-    peer = op.peer if op.kind == "p2p" else op.root
-    if op.op == "recv" and op.peer is None:
-        peer = op.src
-    return OpRef(
-        rank=op.rank,
-        op=op.op,
-        group=op.gid,
-        seq=op.seq,
-        peer=peer,
-        api=op.api,
-        detail=op.signature,
-        file=frame.file if frame else None,
-        line=frame.line if frame else None,
-        function=frame.function if frame else None,
-    )
 
 
 def where(op: Op) -> str:

@@ -105,6 +105,13 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         for device in _devices():
             self._register_backend(device, dist.ProcessGroup.BackendType.GLOO, backend)
         self._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
+        self._dl2_bind(inner, backend, gid, ranks, size, recorder)
+
+    def _dl2_bind(
+        self, inner: Any, backend: Any, gid: str, ranks: list[int], size: int, recorder: Recorder
+    ) -> None:
+        """Set what the recording methods read: the group in front of which this one
+        stands, its name, members and the recorder."""
         self._dl2_inner = inner
         self._dl2_backend = backend
         self._dl2_gid = gid
@@ -334,15 +341,7 @@ class DeviceRecordingGroup(RecordingProcessGroup):
             self.bound_device_id = inner.bound_device_id
         except Exception:
             pass
-        self._dl2_inner = inner
-        self._dl2_backend = None
-        self._dl2_gid = gid
-        self._dl2_gid_json = json_str(gid)
-        self._dl2_ranks = ranks
-        self._dl2_size = size
-        self._dl2_rec = recorder
-        self._dl2_seq = 0
-        self._dl2_p2p_seq: dict[tuple[int | None, str], int] = {}
+        self._dl2_bind(inner, None, gid, ranks, size, recorder)
         try:
             self._dl2_name = str(inner.name())
         except Exception:

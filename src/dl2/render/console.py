@@ -43,8 +43,8 @@ MAX_FINDINGS_PER_KIND = 5
 MAX_OP_ROWS = 8
 MAX_WARNINGS = 10
 
-_SENDS = frozenset({"send", "isend"})
-_RECVS = frozenset({"recv", "irecv"})
+SEND_OPS = frozenset({"send", "isend"})
+RECV_OPS = frozenset({"recv", "irecv"})
 _COLLECTIVE_KINDS = frozenset({FindingKind.COLLECTIVE_MISMATCH, FindingKind.COLLECTIVE_MISSING})
 
 _VERDICT_STYLE = {
@@ -106,9 +106,9 @@ def op_label(op: OpRef) -> str:
     """
     if op.op.startswith("store_"):
         return store_call(op.op, op.detail)
-    if op.op in _SENDS:
+    if op.op in SEND_OPS:
         return f"{op.op}→{_peer(op.peer)}"
-    if op.op in _RECVS:
+    if op.op in RECV_OPS:
         return f"{op.op}←{_peer(op.peer)}"
     where = f"group {op.group}" if op.seq is None else f"group {op.group} #{op.seq}"
     if op.peer is not None:

@@ -37,6 +37,8 @@ from dl2.model.stuck import RankStatus
 from dl2.ranks import rank_runs
 from dl2.ranks import ranks_phrase
 from dl2.render.base import Renderer
+from dl2.render.console import RECV_OPS
+from dl2.render.console import SEND_OPS
 from dl2.render.console import cycle_line
 from dl2.render.console import headline
 from dl2.render.console import op_label
@@ -46,6 +48,7 @@ from dl2.report import OpRef
 from dl2.report import RankState
 from dl2.report import Report
 from dl2.report import Verdict
+from dl2.report import op_ref
 
 if TYPE_CHECKING:
     from dl2.model.execution_graph import CollectiveSlot
@@ -74,9 +77,6 @@ _NODE_H = 46.0
 _CHAR_W = 7.2
 _GAP = 70.0
 _MARGIN = 40.0
-
-_SENDS = frozenset({"send", "isend"})
-_RECVS = frozenset({"recv", "irecv"})
 
 
 def html_available() -> str | None:
@@ -601,9 +601,9 @@ def _edge_label(op: OpRef | None) -> tuple[str, ...]:
     if op is None:
         return ("various ops",)
     name = op.op
-    if op.op in _SENDS:
+    if op.op in SEND_OPS:
         name += f"→{'any' if op.peer is None else op.peer}"
-    elif op.op in _RECVS:
+    elif op.op in RECV_OPS:
         name += f"←{'any' if op.peer is None else op.peer}"
     if op.op.startswith("store_"):
         first = _clip(op_label(op))
@@ -707,7 +707,7 @@ def _first_divergent_slot(graph: ExecutionGraph) -> CollectiveSlot | None:
 
 
 def _slot_divergence(slot: CollectiveSlot, states: Mapping[int, RankState]) -> Divergence:
-    refs: list[tuple[int, OpRef | None]] = [(r, _op_ref(op)) for r, op in sorted(slot.ops.items())]
+    refs: list[tuple[int, OpRef | None]] = [(r, op_ref(op)) for r, op in sorted(slot.ops.items())]
     refs.extend((r, None) for r in slot.missing)
     refs.sort(key=lambda item: item[0])
     what = f"collective #{slot.index} of group {slot.gid}"
@@ -753,26 +753,6 @@ def _columns(
 
 
 # -- the timeline ------------------------------------------------------------------------
-
-
-def _op_ref(op: Op) -> OpRef:
-    """The report's view of a model op (as :func:`dl2.analysis.describe.op_ref`)."""
-    frame = op.frame
-    peer = op.peer if op.kind == "p2p" else op.root
-    if op.op == "recv" and op.peer is None:
-        peer = op.src
-    return OpRef(
-        rank=op.rank,
-        op=op.op,
-        group=op.gid,
-        seq=op.seq,
-        peer=peer,
-        api=op.api,
-        detail=op.signature,
-        file=frame.file if frame else None,
-        line=frame.line if frame else None,
-        function=frame.function if frame else None,
-    )
 
 
 def _timeline(page: Page, report: Report, graph: ExecutionGraph | None) -> None:
@@ -866,7 +846,7 @@ def _chip(op: Op, stuck: set[tuple[int, int]], diverge: set[tuple[int, int]]) ->
         state = "done"
     else:
         state = "pending"
-    chip = _ref_chip(_op_ref(op), state)
+    chip = _ref_chip(op_ref(op), state)
     if key in diverge:
         return Chip(chip.label, chip.css + " diverge", chip.title + " · first divergence")
     return chip
@@ -875,7 +855,7 @@ def _chip(op: Op, stuck: set[tuple[int, int]], diverge: set[tuple[int, int]]) ->
 def _ref_chip(ref: OpRef, state: str) -> Chip:
     kind = (
         "p2p"
-        if ref.op in _SENDS | _RECVS
+        if ref.op in SEND_OPS | RECV_OPS
         else "store"
         if ref.op.startswith("store_")
         else "group"
@@ -898,9 +878,9 @@ def _short_label(ref: OpRef) -> str:
         return _clip(f"new_group {ref.group}", 22)
     if ref.op.startswith("store_"):
         return _clip(op_label(ref), 22)
-    if ref.op in _SENDS:
+    if ref.op in SEND_OPS:
         return f"{ref.op}→{'any' if ref.peer is None else ref.peer}"
-    if ref.op in _RECVS:
+    if ref.op in RECV_OPS:
         return f"{ref.op}←{'any' if ref.peer is None else ref.peer}"
     seq = "" if ref.seq is None else f" #{ref.seq}"
     return _clip(f"{ref.op}{seq}", 22)

@@ -42,6 +42,7 @@ def test_dl2_run_of_a_deadlock_writes_report_html(dl2_bin: Path, tmp_path: Path)
     page = run.run_dir / "report.html"
     assert page.exists(), run.output
     assert "not written" not in run.output
+    assert f"report drawn in {page}" in run.output  # the user is told where it is
     parsed = _Graph()
     parsed.feed(page.read_text())
     assert parsed.nodes == 2

@@ -102,6 +102,10 @@ def write_html_quietly(report: Report, path: Path, graph: ExecutionGraph | None)
     except Exception as err:
         reason = str(err) or type(err).__name__
         notice(f"{path.name} not written: {reason}")
+        try:
+            path.unlink(missing_ok=True)  # no page of an earlier run in a reused directory
+        except OSError:
+            pass
         return False
     return True
 

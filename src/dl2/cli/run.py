@@ -14,6 +14,7 @@ from dl2.cli.options import add_json
 from dl2.cli.options import add_monitoring
 from dl2.cli.options import add_retention
 from dl2.cli.options import positive
+from dl2.cli.output import REPORT_HTML
 from dl2.cli.output import conclude
 from dl2.cli.output import emit
 from dl2.cli.output import exit_status
@@ -174,6 +175,9 @@ class RunCommand:
         }
         report = conclude(outcome, report, run_dir, args.json, stop_notes)
         print(f"dl2: traces in {run_dir}  (re-analyse: dl2 analyze {run_dir})", file=sys.stderr)
+        page = Path(run_dir) / REPORT_HTML
+        if page.exists():
+            print(f"dl2: report drawn in {page}", file=sys.stderr)
         return exit_status(outcome, report)
 
 

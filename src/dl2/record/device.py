@@ -25,6 +25,8 @@ import time
 from collections import deque
 from typing import Any
 
+from dl2.record.works import work_completed
+
 _now = time.monotonic_ns
 
 #: records held at most: past this the hold gives up (all is written, the wait stays
@@ -120,7 +122,7 @@ class DeviceHold:
 
     def _poll_release(self) -> None:
         head = self.head
-        if head is not None and _completed(head[1]):
+        if head is not None and work_completed(head[1]):
             self.release()
 
     def release(self, force: bool = False) -> bool:
@@ -135,10 +137,10 @@ class DeviceHold:
             while True:
                 head = self.head
                 if head is not None:
-                    if not force and not _completed(head[1]):
+                    if not force and not work_completed(head[1]):
                         real.flush()
                         return False
-                    if _completed(head[1]):
+                    if work_completed(head[1]):
                         real.hold_ret(head[0], _now(), None)
                     self.head = None
                 if not self.queue:
@@ -165,13 +167,6 @@ class DeviceHold:
                 getattr(real, name)(*args, **kwargs)
         except Exception:
             pass
-
-
-def _completed(work: Any) -> bool:
-    try:
-        return bool(work.is_completed())
-    except Exception:
-        return True  # a work that cannot say holds nothing back
 
 
 # -- wrapping torch's group -------------------------------------------------------------

@@ -50,6 +50,7 @@ from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
 from dl2.record.stack import capture
 from dl2.record.works import RecordedWork
+from dl2.record.works import work_completed
 from dl2.trace.schema.encode import json_str
 from dl2.trace.schema.encode import peer_tag_fields
 from dl2.trace.schema.encode import ranks_field
@@ -263,7 +264,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             raise
         blocking.pop(tid, None)
         try:
-            if self._dl2_device and not _completed(work):
+            if self._dl2_device and not work_completed(work):
                 rec.device_wait(wid, work)  # the device waits; the ret when it is done
             else:
                 src = source_of(work, anyranks) if anyranks is not None else None
@@ -362,14 +363,6 @@ def _backend_type(backend: Any) -> Any:
     if "XCCL" in name and hasattr(types, "XCCL"):
         return types.XCCL
     return types.CUSTOM
-
-
-def _completed(work: Any) -> bool:
-    """Whether a work is complete (a work that cannot say is taken as complete)."""
-    try:
-        return bool(work.is_completed())
-    except Exception:
-        return True
 
 
 def record_create(recorder: Recorder, gid: str, rank: int, size: int, given: list[int]) -> int:
@@ -471,7 +464,7 @@ def _make_collective(method: str, op: str, describe: Describer) -> Callable[...,
             raise
         blocking.pop(tid, None)
         try:
-            if self._dl2_device and not _completed(work):
+            if self._dl2_device and not work_completed(work):
                 rec.device_wait(wid, work)  # the device waits; the ret when it is done
             else:
                 enc = rec.enc

@@ -193,7 +193,7 @@ class RecordedWork(ForwardingWork):
             raise
         rec.pending.pop(self._dl2_oid, None)
         anyranks = self._dl2_anyranks
-        if self._dl2_device and not _completed(inner):
+        if self._dl2_device and not work_completed(inner):
             rec.device_wait(wid, inner)  # the device waits; the ret when it is done
             return bool(ok)
         rec.ret_later(wid, source_of(inner, anyranks) if anyranks is not None else None)
@@ -220,7 +220,9 @@ class RecordedWork(ForwardingWork):
         return completed
 
 
-def _completed(work: Any) -> bool:
+def work_completed(work: Any) -> bool:
+    """Whether ``work`` says it completed; a work that cannot say counts as completed
+    (it holds nothing back: see :mod:`dl2.record.device`)."""
     try:
         return bool(work.is_completed())
     except Exception:

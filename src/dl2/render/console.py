@@ -259,19 +259,25 @@ def _rank_rows(states: Sequence[RankState]) -> list[tuple[list[int], RankState]]
     return rows
 
 
-def _op_rows(finding: Finding) -> list[tuple[list[int], OpRef | None]]:
-    """A finding's operations, identical ones of several ranks merged, in rank order.
-
-    For a collective finding, a member with no operation gets a row of its own (None).
-    """
+def merged_ops(ops: Sequence[OpRef]) -> list[tuple[list[int], OpRef]]:
+    """Operations that are the same but for their rank merged into one (ranks, op) row,
+    in order of first appearance (the console's and the HTML page's rows)."""
     rows: dict[tuple[object, ...], tuple[list[int], OpRef]] = {}
-    for op in finding.ops:
+    for op in ops:
         key = (op.op, op.api, op.group, op.seq, op.peer, op.detail, op.file, op.line, op.function)
         if key in rows:
             rows[key][0].append(op.rank)
         else:
             rows[key] = ([op.rank], op)
-    out: list[tuple[list[int], OpRef | None]] = list(rows.values())
+    return list(rows.values())
+
+
+def _op_rows(finding: Finding) -> list[tuple[list[int], OpRef | None]]:
+    """A finding's operations, identical ones of several ranks merged, in rank order.
+
+    For a collective finding, a member with no operation gets a row of its own (None).
+    """
+    out: list[tuple[list[int], OpRef | None]] = list(merged_ops(finding.ops))
     if finding.kind in _COLLECTIVE_KINDS:
         issued = {op.rank for op in finding.ops}
         out.extend(([r], None) for r in finding.ranks if r not in issued)

@@ -41,6 +41,7 @@ from dl2.render.console import RECV_OPS
 from dl2.render.console import SEND_OPS
 from dl2.render.console import cycle_line
 from dl2.render.console import headline
+from dl2.render.console import merged_ops
 from dl2.render.console import op_label
 from dl2.report import Finding
 from dl2.report import FindingKind
@@ -899,14 +900,7 @@ _FINDING_CSS = {
 
 
 def _finding_view(finding: Finding, report: Report) -> FindingView:
-    rows: dict[tuple[object, ...], tuple[list[int], OpRef]] = {}
-    for op in finding.ops:
-        key = (op.op, op.api, op.group, op.seq, op.peer, op.detail, op.file, op.line, op.function)
-        if key in rows:
-            rows[key][0].append(op.rank)
-        else:
-            rows[key] = ([op.rank], op)
-    ordered = sorted(rows.values(), key=lambda item: min(item[0]))
+    ordered = sorted(merged_ops(finding.ops), key=lambda item: min(item[0]))
     op_rows = tuple(
         OpRow(
             ranks=",".join(rank_runs(ranks)),

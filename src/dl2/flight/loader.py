@@ -167,15 +167,18 @@ def build_flight_session(
     backends: set[str] = set()
     wrapped: list[int] = []
     tops = {rank: launched(dump) for rank, (_, dump) in dumps.items()}
+    # per group, (highest launch, rank) of each member with a dump, ascending: built once
+    # for every rank (per rank and group it cost O(world), O(world^2) in all)
+    launchers: dict[str, list[int]] = {}
+    for r, top in tops.items():
+        for gid in top:
+            launchers.setdefault(gid, []).append(r)
+    absent: dict[str, list[tuple[int, int]]] = {}
+    for gid, ranks_on in launchers.items():
+        members = groups.get(gid) or (tuple(dumps) if gid == "0" else tuple(ranks_on))
+        absent[gid] = sorted((tops[m].get(gid, 0), m) for m in members if m in tops)
     gone: set[int] = set()
     for rank, (path, dump) in sorted(dumps.items()):
-        # the other ranks' highest launch per group they are (or are read as) members of
-        absent: dict[str, dict[int, int]] = {}
-        for gid in tops[rank]:
-            members = groups.get(gid) or (
-                tuple(dumps) if gid == "0" else tuple(r for r in tops if gid in tops[r])
-            )
-            absent[gid] = {m: tops[m].get(gid, 0) for m in members if m != rank and m in tops}
         try:
             read = map_rank(rank, dump, groups, path.name, absent)
         except Exception as err:  # values a checked schema still allows, but nonsense

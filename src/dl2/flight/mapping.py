@@ -25,6 +25,7 @@ The rules (docs/design.md, "Flight Recorder dumps"):
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from dataclasses import dataclass
@@ -215,7 +216,7 @@ def map_rank(
     dump: FrDump,
     groups: dict[str, tuple[int, ...]],
     name: str,
-    absent: dict[str, dict[int, int]] | None = None,
+    absent: dict[str, list[tuple[int, int]]] | None = None,
 ) -> RankRead:
     """One rank's records (see the module docstring for the rules).
 
@@ -224,8 +225,8 @@ def map_rank(
         dump: its checked dump.
         groups: every group's global ranks known from any rank's ``pg_config``.
         name: the file, for the notes.
-        absent: group -> {member rank: the highest ``collective_seq_id`` it launched}
-            for the other ranks with a dump: on gloo, a collective retired at a
+        absent: group -> (the highest ``collective_seq_id`` it launched, member rank)
+            of its members with a dump, ascending: on gloo, a collective retired at a
             position some member never launched cannot have succeeded (gloo retires a
             work that failed, "Connection closed by peer", as one that completed); it
             is read as failed.
@@ -335,13 +336,15 @@ def map_rank(
     return read
 
 
-def _never_launched(launch: Launch, absent: dict[str, dict[int, int]] | None) -> list[int]:
-    """The members with a dump that never launched this collective launch."""
+def _never_launched(launch: Launch, absent: dict[str, list[tuple[int, int]]] | None) -> list[int]:
+    """The members with a dump that never launched this collective launch (a bisection:
+    usually none, whatever the world size)."""
     head = launch.head
     if absent is None or head.is_p2p or head.collective_seq_id <= 0:
         return []
-    tops = absent.get(head.pg_name, {})
-    return sorted(r for r, top in tops.items() if top < head.collective_seq_id)
+    tops = absent.get(head.pg_name, [])
+    below = bisect.bisect_left(tops, (head.collective_seq_id, -1))
+    return sorted(r for _, r in tops[:below])
 
 
 def _describe(launch: Launch) -> str:

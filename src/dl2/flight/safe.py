@@ -92,31 +92,44 @@ def loads(data: bytes, form: str, name: str = "dump") -> Any:
     return value
 
 
+#: the scalar types a plain dump holds (exact types: neither pickle without classes nor
+#: JSON makes subclasses)
+_SCALARS = frozenset({type(None), bool, int, float, str, bytes})
+
+
 def check_plain(value: Any, name: str = "dump") -> None:
     """Check that ``value`` holds only plain values, nested at most MAX_DEPTH deep.
+
+    Walked level by level with exact-type lookups: a dump holds tens of values per
+    entry, and this is the loader's own cost per value.
 
     Raises:
         FlightDumpError: another type, or too deep or too large a structure.
     """
-    stack: list[tuple[Any, int]] = [(value, 0)]
+    level: list[Any] = [value]
+    depth = 0
     visited = 0
-    while stack:
-        item, depth = stack.pop()
-        visited += 1
+    scalars = _SCALARS
+    while level:
+        visited += len(level)
         if visited > MAX_NODES:
             raise FlightDumpError(f"{name}: too many values")
-        if item is None or isinstance(item, bool | int | float | str | bytes):
-            continue
-        if depth >= MAX_DEPTH:
-            raise FlightDumpError(f"{name}: nested more than {MAX_DEPTH} levels")
-        if isinstance(item, dict):
-            for key, val in item.items():
-                stack.append((key, depth + 1))
-                stack.append((val, depth + 1))
-        elif isinstance(item, list | tuple):
-            stack.extend((v, depth + 1) for v in item)
-        else:
-            raise FlightDumpError(f"{name}: holds a {type(item).__name__}, not a plain value")
+        deeper: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind in scalars:
+                continue
+            if depth >= MAX_DEPTH:
+                raise FlightDumpError(f"{name}: nested more than {MAX_DEPTH} levels")
+            if kind is dict:
+                deeper.extend(item)
+                deeper.extend(item.values())
+            elif kind is list or kind is tuple:
+                deeper.extend(item)
+            else:
+                raise FlightDumpError(f"{name}: holds a {kind.__name__}, not a plain value")
+        level = deeper
+        depth += 1
 
 
 def _first_line(err: BaseException) -> str:

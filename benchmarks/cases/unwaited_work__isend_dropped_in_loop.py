@@ -3,7 +3,9 @@
 """Rank 0 streams 5 chunks to rank 1 with isend in a loop and drops each Work (no
 wait()); rank 1 receives them with blocking recvs.  gloo moves a P2P message only while
 both works live: under plain gloo the dropped isends never transfer and rank 1 hangs in
-its first recv (measured, torch 2.13), and rank 0 in the barrier.  Under `dl2 run` the
+its first recv (measured, torch 2.13), and rank 0 in the barrier.  The ranks agree on a
+step count after the sends, so rank 1 posts its recvs only once rank 0 has dropped its
+isends (a recv posted first would take the message: a race).  Under `dl2 run` the
 recorder lets a dropped work go as well (a `drop` record), so the job hangs the same way:
 dl2 proves the deadlock (rank 1's recv waits on rank 0, which dropped the matching isend;
 rank 0's barrier waits on rank 1) and names the dropped isends (`unwaited-work`)."""
@@ -19,7 +21,8 @@ def main():
     if rank == 0:
         for chunk in chunks:
             dist.isend(chunk, 1)  # dl2: culprit
-    else:
+    dist.all_reduce(torch.ones(1))  # agree on the step count
+    if rank == 1:
         for chunk in chunks:
             dist.recv(chunk, 0)
     dist.barrier()

@@ -104,7 +104,11 @@ def rank_main(out_path: str) -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     recorded = dist.group.WORLD
-    with mock.patch.object(install_module, "translate_backend", lambda backend: None):
+    # The plain group: neither swapped for dl2's backend nor wrapped as a device group.
+    with (
+        mock.patch.object(install_module, "translate_backend", lambda backend: None),
+        mock.patch.object(install_module, "_device_target", lambda *args: None),
+    ):
         plain = dist.new_group(backend="gloo")
     assert type(recorded).__name__ == "RecordingProcessGroup"
     assert type(plain).__name__ == "ProcessGroup"

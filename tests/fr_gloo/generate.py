@@ -22,6 +22,8 @@ CASES = [
     "op_type_ok",
     "early_exit",
     "early_exit_ok",
+    "size",
+    "size_ok",
     "subgroup",
     "subgroup_ok",
 ]

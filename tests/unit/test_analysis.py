@@ -123,6 +123,32 @@ def test_completed_signature_mismatch_is_a_defect(field, a, b):
 
 
 @pytest.mark.parametrize(
+    "op",
+    [
+        "gather",
+        "scatter",
+        "all_gather_coalesced",
+        "all_gather_into_tensor_coalesced",
+        "reduce_scatter_tensor_coalesced",
+    ],
+)
+@pytest.mark.parametrize(("count0", "count1", "verdict"), [(4, 3, Verdict.DEFECT), (4, 4, Verdict.OK)])
+def test_every_sized_collective_compares_counts(op, count0, count1, verdict):
+    # GIVEN a gather (each rank's contribution), a scatter (each rank's share) or a
+    # coalesced call (its tensors' sum) that gloo completed with or without equal counts
+    r0, r1 = ranks(2)
+    root = {"root": 0} if op in ("gather", "scatter") else {}
+    r0.call(op, 10, count=count0, **root)
+    r1.call(op, 20, count=count1, **root)
+    report = analyze(session([r0.end(), r1.end()]))
+    # THEN only unequal counts are a mismatch
+    assert report.verdict is verdict
+    if verdict is Verdict.DEFECT:
+        assert kinds(report) == [FindingKind.COLLECTIVE_MISMATCH]
+        assert "count" in report.findings[0].message
+
+
+@pytest.mark.parametrize(
     ("splits0", "splits1", "verdict"),
     [
         ([[1, 3], [1, 3]], [[2, 2], [2, 2]], Verdict.DEFECT),  # equal totals, no pairing

@@ -41,7 +41,15 @@ def _ops(report: Report, kind: FindingKind) -> list[tuple[int, str, int | None]]
 
 @pytest.mark.parametrize(
     "case",
-    ["cross_group_ok", "skipped_ok", "dtype_ok", "op_type_ok", "early_exit_ok", "subgroup_ok"],
+    [
+        "cross_group_ok",
+        "skipped_ok",
+        "dtype_ok",
+        "op_type_ok",
+        "early_exit_ok",
+        "size_ok",
+        "subgroup_ok",
+    ],
 )
 def test_correct_twins_are_ok(case: str) -> None:
     report = _report(case)
@@ -71,6 +79,17 @@ def test_dtype_mismatch_is_a_defect() -> None:
         (0, "all_reduce", _line("dtype")),
         (1, "all_reduce", _line("dtype")),
     ]
+
+
+def test_a_gather_of_unequal_sizes_is_a_defect() -> None:
+    # gloo completes a gather whose contributions differ in size (rank 1 sends 3 of 4)
+    report = _report("size")
+    assert report.verdict is Verdict.DEFECT
+    assert sorted(_ops(report, FindingKind.COLLECTIVE_MISMATCH)) == [
+        (0, "gather", _line("size")),
+        (1, "gather", _line("size")),
+    ]
+    assert "count" in report.findings[0].message
 
 
 def test_op_type_mismatch_deadlocks_and_is_named() -> None:

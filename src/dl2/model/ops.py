@@ -15,7 +15,9 @@ from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
 from dl2.trace.schema.decode import report_frame
 
-#: Collectives whose per-rank input element count must agree across members.
+#: Collectives whose recorded element count must agree across members: the input of
+#: each rank (a gather's too: every rank contributes a slot of the same size), a
+#: scatter's output (only the root has inputs), the sum over a coalesced call's tensors.
 SAME_COUNT_OPS = frozenset(
     {
         "all_reduce",
@@ -23,9 +25,14 @@ SAME_COUNT_OPS = frozenset(
         "reduce",
         "all_gather",
         "all_gather_into_tensor",
+        "gather",
+        "scatter",
         "reduce_scatter",
         "reduce_scatter_tensor",
         "all_reduce_coalesced",
+        "all_gather_coalesced",
+        "all_gather_into_tensor_coalesced",
+        "reduce_scatter_tensor_coalesced",
     }
 )
 P2P_OPS = frozenset({"send", "recv"})

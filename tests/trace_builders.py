@@ -239,8 +239,10 @@ class RankBuilder:
             self.state([], where, [(self.file, line, "main")])
         return store_id
 
-    def end(self, how: str = "exit") -> RankBuilder:
-        self.encoder.end(self._time(), how)
+    def end(self, how: str = "exit", err: str | None = None, line: int = 0) -> RankBuilder:
+        """The end record; ``err``: the uncaught exception raised at ``line``."""
+        sid = self._stack(line, "load", None) if err is not None else 0
+        self.encoder.end(self._time(), how, err, sid)
         return self
 
     def header(self, **fields: Any) -> str:

@@ -132,7 +132,9 @@ def test_completed_signature_mismatch_is_a_defect(field, a, b):
         "reduce_scatter_tensor_coalesced",
     ],
 )
-@pytest.mark.parametrize(("count0", "count1", "verdict"), [(4, 3, Verdict.DEFECT), (4, 4, Verdict.OK)])
+@pytest.mark.parametrize(
+    ("count0", "count1", "verdict"), [(4, 3, Verdict.DEFECT), (4, 4, Verdict.OK)]
+)
 def test_every_sized_collective_compares_counts(op, count0, count1, verdict):
     # GIVEN a gather (each rank's contribution), a scatter (each rank's share) or a
     # coalesced call (its tensors' sum) that gloo completed with or without equal counts
@@ -199,6 +201,28 @@ def test_op_failed_because_peer_exited_is_an_orphan_defect():
     assert orphan.ranks == (0, 1)
     assert orphan.ops[0].line == 25
     assert "Connection closed" in orphan.message
+
+
+def test_an_uncaught_exception_that_ended_a_peer_is_named_with_its_line():
+    # GIVEN rank 1's program raised at line 6 (its end record says so) and rank 0's
+    # all_reduce then failed ("Connection closed"), raising out of line 25
+    r0, r1 = ranks(2)
+    op_id = r0.issue("all_reduce", 25)
+    r0.wait(op_id, err="RuntimeError: Connection closed by peer")
+    r0.end(err="RuntimeError: Connection closed by peer", line=25)
+    r1.end(err="ValueError: shard 1 is corrupt", line=6)
+    report = analyze(session([r0, r1], states={0: FAILED, 1: FAILED}))
+    assert report.verdict is Verdict.DEFECT
+    # THEN the orphan and the missing collective name rank 1's exception and its line
+    cause = "ValueError: shard 1 is corrupt, raised at train.py:6 in load"
+    orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
+    assert cause in orphan.message
+    missing = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISSING)
+    assert f"Its program ended with an uncaught {cause}." in missing.message
+    # and the warnings say it once, without the "failed at interpreter exit" guess
+    assert f"rank 1's program ended with an uncaught {cause}" in report.warnings
+    assert not any("interpreter exit" in w for w in report.warnings)
+    assert not any(w.startswith("rank 0's program") for w in report.warnings)  # its op's error
 
 
 def test_collective_failed_inside_backward_after_peer_exited_is_a_defect():

@@ -367,6 +367,14 @@ def test_end_round_trip(how):
     assert s.read() == [EndRecord(t=t(99), how=how)]
 
 
+def test_end_round_trip_with_the_exception_that_ended_the_program():
+    s = Stream()
+    s.encoder.end(t(99), "exit", 'ValueError: "shard" 1\nis corrupt', s.sid())
+    assert s.read() == [
+        EndRecord(t=t(99), how="exit", err='ValueError: "shard" 1\nis corrupt', stack=FRAMES)
+    ]
+
+
 def test_checkpoint_round_trip_with_every_kind_of_open_state():
     # GIVEN rank 1's stream: groups, new_group calls, a completed blocking op, an isend
     # issued (pending), a wildcard irecv entered (not issued), a blocking op waited on,
@@ -579,7 +587,7 @@ def test_record_to_dict_names_fields_as_version_1_did():
 
 def test_unknown_elements_and_kinds_are_tolerated():
     s = Stream()
-    s.add('["e",1,"exit",{"x":[1,2]},7]\n')
+    s.add('["e",1,"exit",null,0,{"x":[1,2]},7]\n')
     s.add('["z",3,{"frames":[]}]\n')
     assert s.read() == [EndRecord(t=t(1), how="exit"), UnknownRecord("z")]
 

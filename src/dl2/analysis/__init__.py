@@ -16,6 +16,7 @@ from dl2.analysis.deadlock import busy_poll_findings
 from dl2.analysis.deadlock import deadlock_findings
 from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
+from dl2.analysis.describe import exit_cause
 from dl2.analysis.describe import history_gap
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import rank_list
@@ -253,7 +254,13 @@ def analyze(
     # ranks whose program ended (the recorder's exit hook ran) whatever their exit status
     left = frozenset(r for r, tl in graph.timelines.items() if tl.ended == "exit")
     for rank in sorted(left):
-        if wfg.status(rank) is RankStatus.FAILED:
+        cause = exit_cause(graph, rank)
+        error = graph.timelines[rank].exit_error
+        if cause is not None and any(op.error == error for op in graph.failed_ops(rank)):
+            pass  # it raised out of a recorded call, whose failure the findings give
+        elif cause is not None:
+            warnings.append(f"rank {rank}'s program ended with an uncaught {cause}")
+        elif wfg.status(rank) is RankStatus.FAILED:
             warnings.append(
                 f"rank {rank} failed at interpreter exit, after its program had ended; "
                 "its communication counts as finished"

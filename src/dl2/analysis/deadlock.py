@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import replace
 
+from dl2.analysis.describe import exit_cause
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
@@ -105,6 +107,15 @@ def _store_finding(wfg: WaitForGraph, node: RankNode) -> Finding:
         ),
         hint=_STORE_HINT,
     )
+
+
+def _gone_states(graph: ExecutionGraph, wfg: WaitForGraph, gone: Sequence[int]) -> str:
+    """``rank 1 failed: ValueError: ..., raised at data.py:6 in load; rank 2 exited``."""
+    parts = []
+    for rank in gone:
+        cause = exit_cause(graph, rank)
+        parts.append(f"rank {rank} {wfg.status(rank)}" + (f" ({cause})" if cause else ""))
+    return "; ".join(parts) if any(exit_cause(graph, r) for r in gone) else ", ".join(parts)
 
 
 def _hint(ops: list[Op], notes: list[str]) -> str:
@@ -222,7 +233,7 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
         if not gone:
             continue
         op = next(c.op for c in node.clauses if set(c.targets) & set(gone))
-        states = ", ".join(f"rank {g} {wfg.status(g)}" for g in gone)
+        states = _gone_states(graph, wfg, gone)
         message = (
             f"Rank {rank} is blocked in {phrase(op)} ({where(op)}) waiting on "
             f"{rank_list(gone)}, which will never take part: {states}."
@@ -275,7 +286,7 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
             gone = [t for t in clause.targets if wfg.status(t).gone]
             if not gone:
                 continue
-            states = ", ".join(f"rank {g} {wfg.status(g)}" for g in gone)
+            states = _gone_states(graph, wfg, gone)
             findings.append(
                 Finding(
                     kind=FindingKind.ORPHANED_WAIT,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
 from dl2.ranks import ranks_phrase
 from dl2.report import op_ref as op_ref  # re-exported: the analyses' import
 from dl2.report import store_call
+from dl2.trace.schema.decode import report_frame
 
 
 def where(op: Op) -> str:
@@ -30,6 +33,20 @@ def phrase(op: Op) -> str:
     seq = f" #{op.seq}" if op.seq is not None else ""
     label = op.op if name == op.op else f"{name} ({op.op})"
     return f"{label}{seq} on group {op.gid}"
+
+
+def exit_cause(graph: ExecutionGraph, rank: int) -> str | None:
+    """The uncaught exception that ended the rank's program, with the user's line that
+    raised it (``ValueError: bad shard, raised at data.py:6 in load``); None when the
+    program ended without one (or its trace does not say)."""
+    timeline = graph.timelines.get(rank)
+    if timeline is None or timeline.exit_error is None:
+        return None
+    frame = report_frame(timeline.exit_stack)
+    if frame is None:
+        return timeline.exit_error
+    at = f"{os.path.basename(frame.file)}:{frame.line} in {frame.function}"
+    return f"{timeline.exit_error}, raised at {at}"
 
 
 def rank_list(ranks: tuple[int, ...] | list[int]) -> str:

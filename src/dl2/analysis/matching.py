@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from collections.abc import Sequence
 
+from dl2.analysis.describe import exit_cause
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
@@ -96,6 +97,16 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                 continue
             issued = [slot.ops[r] for r in sorted(slot.ops)]
             first = issued[0]
+            causes = [(r, c) for r in gone if (c := exit_cause(graph, r))]
+            why = ""
+            if len(gone) == 1 and causes:
+                why = f" Its program ended with an uncaught {causes[0][1]}."
+            elif causes:
+                why = (
+                    " Uncaught exceptions ended "
+                    + "; ".join(f"rank {r}'s program ({c})" for r, c in causes[:3])
+                    + "."
+                )
             findings.append(
                 Finding(
                     kind=FindingKind.COLLECTIVE_MISSING,
@@ -104,7 +115,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                     message=(
                         f"{rank_list(gone).capitalize()} never issued collective #{slot.index} of "
                         f"group {gid} ({first.op}), which {rank_list(list(slot.ops))} issued "
-                        f"at {where(first)}."
+                        f"at {where(first)}.{why}"
                     ),
                     hint=(
                         "Every member of a group must issue each of its collectives: look for an "

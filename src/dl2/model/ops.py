@@ -154,6 +154,8 @@ class Timeline:
         rank: the rank.
         blocked: what it is stuck in at the end of its trace, if anything.
         ended: "exit" or "destroy" from an end record.
+        exit_error, exit_stack: the uncaught exception that ended the rank's program
+            ("Type: message"), and the user's stack where it was raised.
         store_keys: the store keys the rank set (:func:`store_key`).
         newgroups, nonmember_calls: its new_group and non-member call records.
         last_state: its watchdog's latest ``state`` record.
@@ -165,6 +167,8 @@ class Timeline:
     rank: int
     blocked: Blocked | None
     ended: str | None
+    exit_error: str | None = None
+    exit_stack: tuple[Frame, ...] = ()
     newgroups: tuple[NewGroupRecord, ...] = ()
     store_keys: frozenset[str] = frozenset()
     nonmember_calls: tuple[NonMemberRecord, ...] = ()
@@ -196,6 +200,8 @@ class Timeline:
             self.ops,
             self.blocked,
             self.ended,
+            self.exit_error,
+            self.exit_stack,
             self.newgroups,
             self.store_keys,
             self.nonmember_calls,

@@ -35,6 +35,7 @@ from dl2.trace.schema import STORE_SETS
 from dl2.trace.schema.decode import DoneRecord
 from dl2.trace.schema.decode import DropRecord
 from dl2.trace.schema.decode import EndRecord
+from dl2.trace.schema.decode import Frame
 from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.schema.decode import NonMemberRecord
 from dl2.trace.schema.decode import OpRecord
@@ -163,6 +164,8 @@ class RankModel:
     __slots__ = (
         "activity_at",
         "ended",
+        "exit_error",
+        "exit_stack",
         "last_state",
         "n_dropped",
         "n_failed",
@@ -200,6 +203,8 @@ class RankModel:
         self.newgroups: list[NewGroupRecord] = []
         self.nonmember: list[NonMemberRecord] = []
         self.ended: str | None = None
+        self.exit_error: str | None = None  # the uncaught exception that ended it
+        self.exit_stack: tuple[Frame, ...] = ()  # where it was raised
         # store calls that wait for keys, entered and not returned: id -> (record, the
         # number of the rank's ops before it, its record position); and the store keys
         # the rank set
@@ -362,6 +367,8 @@ class RankModel:
                 if TYPE_CHECKING:
                     assert isinstance(rec, EndRecord)
                 self.ended = rec.how
+                self.exit_error = rec.err
+                self.exit_stack = rec.stack
             elif kind is CheckpointRecord:
                 if TYPE_CHECKING:
                     assert isinstance(rec, CheckpointRecord)
@@ -592,6 +599,8 @@ class RankModel:
             source=ops,
             blocked=self.blocked(),
             ended=self.ended,
+            exit_error=self.exit_error,
+            exit_stack=self.exit_stack,
             newgroups=tuple(self.newgroups),
             store_keys=frozenset(self.store_keys),
             nonmember_calls=tuple(self.nonmember),

@@ -415,10 +415,20 @@ def _at_exit() -> None:
         rec = state.recorder
         if rec.watchdog is not None:
             rec.watchdog.stop()
-        rec.end("exit")
+        rec.end("exit", _uncaught())
         rec.drain_eager(_drain_seconds())
     except Exception:
         pass
+
+
+def _uncaught() -> BaseException | None:
+    """The exception that ended the program, if one did: Python sets ``sys.last_exc``
+    (3.12) and ``sys.last_value`` when it prints an uncaught exception, before the exit
+    hooks run.  ``SystemExit`` is an exit, not a failure."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if not isinstance(exc, BaseException) or isinstance(exc, SystemExit):
+        return None
+    return exc
 
 
 def _drain_seconds() -> float:

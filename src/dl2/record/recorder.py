@@ -24,6 +24,7 @@ from typing import Any
 
 from dl2.notice import notice
 from dl2.record.stack import STACKS
+from dl2.record.stack import raised_at
 from dl2.record.writer import TraceWriter
 from dl2.trace.schema.stream import StreamEncoder
 
@@ -276,8 +277,9 @@ class Recorder:
         if enc is not None and type(enc).__name__ == "DeviceHold":
             enc.release(force)
 
-    def end(self, how: str) -> None:
-        """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy")."""
+    def end(self, how: str, exc: BaseException | None = None) -> None:
+        """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy");
+        ``exc``: the uncaught exception that ended the program, if one did."""
         self.release(force=True)
         enc = self.enc
         if not self.active or enc is None:
@@ -290,7 +292,13 @@ class Recorder:
         # their groups (nothing is written of them after it).
         self.poll_pending()
         self.pending = {}
-        enc.end(_now(), how)
+        err, sid = None, 0
+        if exc is not None:
+            try:
+                err, sid = _describe(exc), raised_at(exc)
+            except Exception:
+                err, sid = None, 0
+        enc.end(_now(), how, err, sid)
 
     def flush(self) -> None:
         """Write the held-back records now."""

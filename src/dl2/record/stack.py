@@ -229,6 +229,17 @@ def user_stack_id(frame: FrameType | None) -> int:
     return sid
 
 
+def raised_at(exc: BaseException) -> int:
+    """The id of the user stack where ``exc`` was raised (from its traceback's innermost
+    frame outwards: a torch call that raised names the user's line that called it)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return 0
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return user_stack_id(tb.tb_frame)
+
+
 def user_stack(frame: FrameType | None) -> str:
     """The encoded stack of :func:`user_stack_id` (a JSON array of frames)."""
     return STACKS.text(user_stack_id(frame))

@@ -170,7 +170,9 @@ Records:
   ["g", dt, ranks, gid, sid, id?]     ``newgroup`` id [last + 1]
   ["n", dt, api, sid]                 ``nonmember``
   ["q", dt, pending, where, sid]      ``state`` (pending: absolute ids)
-  ["e", dt, how]                      ``end``
+  ["e", dt, how, err?, sid?]          ``end``; err, sid: the uncaught exception that
+                                      ended the program ("Type: message") and the
+                                      stack it was raised at [null, 0]
   ["p", dt, back]                     ``drop`` of op ``last - back``
   ["t", dt, sid, tid, op, store, prefix, keys, block, timeout?, id?]
                                       ``store`` id [last + 1] (timeout [null])

@@ -233,10 +233,17 @@ class StateRecord(_Record, tag="state", frozen=True):
 
 
 class EndRecord(_Record, tag="end", frozen=True):
-    """The rank shuts down cleanly ("exit" or "destroy")."""
+    """The rank shuts down cleanly ("exit" or "destroy").
+
+    ``err``: the exception that ended the program (uncaught, "Type: message"), with the
+    user's ``stack`` where it was raised, innermost first; None when the program ended
+    without one.
+    """
 
     t: int = 0
     how: str = "exit"
+    err: str | None = None
+    stack: tuple[Frame, ...] = ()
 
 
 class StoreRecord(_Record, tag="store", frozen=True):

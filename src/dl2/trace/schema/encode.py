@@ -347,9 +347,12 @@ def state_line(dt: int, pending: Sequence[int], where: str, sid: int) -> str:
     return f'["q",{dt},{_ints(list(pending))},"{where}",{sid}]\n'
 
 
-def end_line(dt: int, how: str) -> str:
-    """``["e", dt, how]``: the rank shuts down cleanly ("exit" or "destroy")."""
-    return f'["e",{dt},"{how}"]\n'
+def end_line(dt: int, how: str, err: str | None = None, sid: int = 0) -> str:
+    """``["e", dt, how, err?, sid?]``: the rank shuts down cleanly ("exit" or "destroy");
+    ``err``: the uncaught exception that ended its program, raised at stack ``sid``."""
+    if err is None:
+        return f'["e",{dt},"{how}"]\n'
+    return f'["e",{dt},"{how}",{json.dumps(err)},{sid}]\n'
 
 
 def store_line(

@@ -365,7 +365,8 @@ class SegmentDecoder:
 
     def _end(self, line: EndLine, out: _Out) -> None:
         self._first = False
-        out.append(EndRecord(t=self._t(line.dt), how=line.how))
+        stack = self._frames(line.sid) if line.err is not None else ()
+        out.append(EndRecord(t=self._t(line.dt), how=line.how, err=line.err, stack=stack))
 
     def _drop(self, line: DropLine, out: _Out) -> None:
         self._first = False

@@ -558,8 +558,10 @@ class StreamEncoder:
         """The watchdog's ``state``."""
         self._timed(t, lambda dt: encode.state_line(dt, pending, where, sid), sid)
 
-    def end(self, t: int, how: str) -> None:
-        self._timed(t, lambda dt: encode.end_line(dt, how))
+    def end(self, t: int, how: str, err: str | None = None, sid: int = 0) -> None:
+        """The ``end`` record (``err``, ``sid``: the uncaught exception that ended the
+        program and where it was raised)."""
+        self._timed(t, lambda dt: encode.end_line(dt, how, err, sid), sid if err else 0)
 
     # -- segments and checkpoints ------------------------------------------------------------
 

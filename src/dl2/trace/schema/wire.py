@@ -144,6 +144,8 @@ class StateLine(_Line, tag="q", frozen=True):
 class EndLine(_Line, tag="e", frozen=True):
     dt: int
     how: str
+    err: str | None = None
+    sid: int = 0
 
 
 class DropLine(_Line, tag="p", frozen=True):

@@ -1,0 +1,42 @@
+"""End-to-end: a rank whose program ends with an uncaught exception is named with it.
+
+The recorder's exit hook writes the exception and the user's stack where it was raised
+into the ``end`` record; the findings about the collective it never issued, and the
+orphaned wait of its peer, quote both.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from test_online import dl2_run
+
+CASES = Path(__file__).resolve().parents[2] / "benchmarks" / "cases"
+CASE = CASES / "rank_exit__uncaught_exception.py"
+
+
+def _line(text: str) -> int:
+    lines = CASE.read_text().splitlines()
+    return next(i for i, s in enumerate(lines, 1) if s.strip().startswith(text))
+
+
+@pytest.mark.timeout(150)
+def test_the_exception_that_ended_a_rank_is_named_with_its_line(
+    dl2_bin: Path, tmp_path: Path
+) -> None:
+    run = dl2_run(dl2_bin, tmp_path / "run", ["--hang-timeout", "30", "-n", "2", str(CASE)])
+    assert run.returncode == 4, run.output
+    report = run.report
+    assert report["verdict"] == "defect", run.output
+    cause = f"ValueError: shard 1 is corrupt, raised at {CASE.name}:{_line('raise ValueError')}"
+    kinds = {f["kind"]: f for f in report["findings"]}
+    assert cause in kinds["collective-missing"]["message"], run.output
+    assert cause in kinds["orphaned-wait"]["message"], run.output
+    culprit = _line("dist.all_reduce(batch)")
+    assert {(o["rank"], o["line"]) for o in kinds["orphaned-wait"]["ops"]} == {(0, culprit)}
+    assert any(
+        re.match(r"rank 1's program ended with an uncaught ValueError", w)
+        for w in report["warnings"]
+    ), run.output

@@ -76,7 +76,7 @@ class RankBuilder:
 
         ``fields`` are the op record's own (peer, root, tag, redop, dtype, count,
         splits, ranks, timeout, async, batch, eager, deferred, api), plus ``function``
-        or a whole ``stack``.  ``returned=False`` leaves the rank inside the call.
+        or a whole ``stack``, and ``tid`` (1).  ``returned=False`` leaves the rank inside the call.
         """
         op_id = self._id()
         kind = "p2p" if op in ("send", "recv") else op
@@ -88,6 +88,7 @@ class RankBuilder:
         is_async = bool(fields.pop("async", False))
         batch = fields.pop("batch", None)
         eager, deferred = fields.pop("eager", False), fields.pop("deferred", False)
+        tid = fields.pop("tid", 1)
         no_data = op in ("barrier", "create_group")
         fields.setdefault("dtype", None if no_data else "float32")
         fields.setdefault("count", None if no_data else 4)
@@ -95,7 +96,7 @@ class RankBuilder:
         gid_json, t = encode.json_str(gid), self._time()
         peer, tag = fields.get("peer"), fields.get("tag") or 0
         self.encoder.op(
-            op_id, t, 1, gid, gid_json, seq, op, api, own, is_async, stack,
+            op_id, t, tid, gid, gid_json, seq, op, api, own, is_async, stack,
             batch, eager, deferred, peer, tag,
         )  # fmt: skip
         if returned:

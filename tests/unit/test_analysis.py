@@ -8,6 +8,7 @@ from dl2.analysis import ANALYSES
 from dl2.analysis import analyze
 from dl2.report import FindingKind
 from dl2.report import Verdict
+from dl2.trace.schema import NO_RANK
 from dl2.trace.session import EXITED
 from dl2.trace.session import FAILED
 from dl2.trace.session import Session
@@ -176,6 +177,24 @@ def test_identical_collectives_from_different_call_sites_are_clean():
     r0.call("all_reduce", 10, redop="sum", function="a")
     r1.call("all_reduce", 99, redop="sum", function="b")
     assert analyze(session([r0.end(), r1.end()])).verdict is Verdict.OK
+
+
+@pytest.mark.parametrize("peer", [NO_RANK, 2])
+def test_a_peer_that_is_no_rank_is_named_and_never_matched(peer):
+    # GIVEN rank 0 receives from a rank that does not exist (the recorder writes NO_RANK
+    # for a negative or too large group rank; 2 in a world of 2 is past it too), rank 1
+    # sends to rank 0
+    r0, r1 = ranks(2)
+    r0.call("recv", 16, peer=peer, complete=False)
+    r1.call("send", 20, peer=0, complete=False)
+    report = analyze(session([r0, r1]))
+    # THEN a deadlock (nothing can release rank 0) that says why, with the fix
+    assert report.verdict is Verdict.DEADLOCK
+    (finding,) = [f for f in report.findings if f.kind is FindingKind.DEADLOCK]
+    assert finding.ranks == (0, 1)
+    assert "rank 0 recvs from a rank that is not in group 0" in finding.message
+    assert "modulo" in finding.hint
+    assert "exited" not in finding.message
 
 
 def test_rank_exiting_early_orphans_the_waiter():

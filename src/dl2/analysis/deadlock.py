@@ -38,6 +38,12 @@ def _stuck_op(node: RankNode) -> Op:
 def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -> str | None:
     """Why an unmatched P2P op has no partner: wrong tag or wrong peer, if visible."""
     op = clause.op
+    if clause.reason == "no-rank":
+        members = graph.group_members(op.gid)
+        return (
+            f"rank {op.rank} {op.op}s {'to' if op.op == 'send' else 'from'} a rank that is "
+            f"not in group {op.gid} ({rank_list(list(members))}): nothing can ever match it"
+        )
     if clause.reason == "dropped":
         partner = graph.p2p_partner.get(op_key(op))
         if partner is not None:
@@ -60,7 +66,7 @@ def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -
                 f"tags differ: rank {op.rank} uses tag {op.tag or 0}, "
                 f"rank {other.rank} uses tag {other.tag or 0}"
             )
-        if other_peer is not None and other_peer != op.rank:
+        if other_peer is not None and other_peer != op.rank and other_peer >= 0:
             return (
                 f"wrong peer: rank {op.rank} {op.op}s {'to' if op.op == 'send' else 'from'} "
                 f"rank {op.peer}, but rank {other.rank} {other.op}s "
@@ -129,6 +135,11 @@ def _hint(ops: list[Op], notes: list[str]) -> str:
         return _STORE_HINT
     if any(n.startswith("tags differ") for n in notes):
         return "Use the same tag on both sides of each send/recv pair."
+    if any("a rank that is not in group" in n for n in notes):
+        return (
+            "The peer rank is out of range: compute it modulo the group's size (a ring's "
+            "(rank + 1) % world_size), and pass group ranks only as group_dst/group_src."
+        )
     if any(n.startswith("wrong peer") for n in notes):
         return (
             "Fix the peer rank of the send or recv so that each send names its receiver "
@@ -166,6 +177,10 @@ def _hint(ops: list[Op], notes: list[str]) -> str:
         "A rank waits in a point-to-point op while its peer waits in another operation: make "
         "each send meet its receive before either side enters the next collective."
     )
+
+
+#: ranks of a deadlock set without a cycle whose ops are explained (the first ones)
+_NOTED_RANKS = 64
 
 
 def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
@@ -253,13 +268,20 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
         f.kind in (FindingKind.ORPHANED_WAIT, FindingKind.DEADLOCK) for f in findings
     ):
         ops = [_stuck_op(wfg.nodes[r]) for r in members]
+        notes = [
+            n
+            for r in members[:_NOTED_RANKS]
+            for c in wfg.nodes[r].clauses
+            if (n := _p2p_explanation(graph, wfg, c)) is not None
+        ]
+        why = f": {'; '.join(notes[:3])}" if notes else ""
         findings.append(
             Finding(
                 kind=FindingKind.DEADLOCK,
                 ranks=tuple(members),
                 ops=tuple(op_ref(o) for o in ops),
-                message=f"{rank_list(members).capitalize()} can never be released.",
-                hint=_hint(ops, []),
+                message=f"{rank_list(members).capitalize()} can never be released{why}.",
+                hint=_hint(ops, notes),
             )
         )
     return findings

@@ -59,26 +59,26 @@ def order_inversion_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[F
     """Collectives of different groups issued in orders that deadlock on NCCL."""
     if wfg.deadlocked or not graph.timelines:
         return []
-    chains: dict[int, list[tuple[Slot, Op]]] = {}
+    # program order holds within a thread: a chain per thread of each rank (two threads
+    # each on its own group interleave their groups in any order, and that is no hazard)
+    chains: dict[tuple[int, int], list[tuple[Slot, Op]]] = {}
     issued: dict[Slot, int] = defaultdict(int)
     gids: set[str] = set()
     for rank in sorted(graph.timelines):
-        chain = []
         for op in graph.timelines[rank].ops:
             if op.kind != "collective" or op.error is not None or op.op in _GLOO_ONLY:
                 continue
             slot = graph.collective_slot.get(op_key(op))
             if slot is None:
                 continue
-            chain.append((slot, op))
+            chains.setdefault((rank, op.tid), []).append((slot, op))
             issued[slot] += 1
             gids.add(slot[0])
-        chains[rank] = chain
     if len(gids) < 2:
         return []  # one group: positions match slots, no order can cross
     size = {gid: len(graph.group_members(gid)) for gid in gids}
     edges: dict[Slot, dict[Slot, Edge]] = defaultdict(dict)
-    for rank, chain in chains.items():
+    for (rank, _), chain in chains.items():
         kept = [(s, op) for s, op in chain if issued[s] >= size[s[0]]]
         for (a, op_a), (b, op_b) in pairwise(kept):
             if b not in edges[a]:
@@ -91,13 +91,14 @@ def order_inversion_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[F
             break
         cycle = _a_cycle(edges, remaining)
         remaining -= {edge_from for edge_from, _ in cycle}
+        # what is left must be cyclic again before the next cycle is looked for there
+        remaining = _cyclic_part(edges, remaining)
         sides = _sides(cycle)
         key = tuple((r, where(a), where(b)) for r, a, b in sides)
         if key in seen:
-            continue
+            continue  # the same inversion again (a loop): one finding
         seen.add(key)
         findings.append(_finding(sides))
-        remaining = _cyclic_part(edges, remaining)
     return findings
 
 

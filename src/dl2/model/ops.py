@@ -91,6 +91,8 @@ class Op:
     #: a store op: the keys it waits for, as the caller named them (the op's ``gid``
     #: is the store's namespace, see :func:`store_key`)
     keys: tuple[str, ...] | None = None
+    #: the thread that issued it (0: unknown): program order holds within a thread
+    tid: int = 0
 
     @property
     def kind(self) -> str:
@@ -225,6 +227,7 @@ def store_op(rank: int, rec: StoreRecord, index: int) -> Op:
         timeout=rec.timeout,
         stack=rec.stack,
         keys=rec.keys,
+        tid=rec.tid,
     )
 
 

@@ -122,6 +122,7 @@ class OpState(msgspec.Struct, gc=False):
                 deferred=rec.deferred,
                 dropped=self.dropped,
                 keys=None,
+                tid=rec.tid,
             )
         return op
 

@@ -45,7 +45,8 @@ class Clause:
         op: the op that cannot complete yet.
         targets: ranks that must act (post their part) for it to complete.
         any_of: True if any one target suffices (wildcard receive), else all must.
-        reason: "unmatched" or "dropped" (P2P: its partner's work was dropped),
+        reason: "unmatched", "dropped" (P2P: its partner's work was dropped) or
+            "no-rank" (P2P: its peer is no rank of its group),
             "missing" or "mismatch" (collective), "group",
             "store" (keys no rank has set).
     """
@@ -119,6 +120,10 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
         if op.op == "recv" and op.peer is None:
             others = tuple(r for r in graph.group_members(op.gid) if r != rank)
             return Clause(op, others, any_of=True, reason="unmatched")
+        if op.peer is not None and not 0 <= op.peer < max(graph.world_size, 1):
+            # a peer that is no rank (negative, past the group or the world): no rank can
+            # ever match it, the op waits for good (an OR over no one is never met)
+            return Clause(op, (), any_of=True, reason="no-rank")
         return Clause(op, (op.peer,) if op.peer is not None else (), False, "unmatched")
     if op.kind == "store":
         return _store_clause(graph, op)

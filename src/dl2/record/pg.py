@@ -51,6 +51,7 @@ from dl2.record.recorder import source_of
 from dl2.record.stack import capture
 from dl2.record.works import RecordedWork
 from dl2.record.works import work_completed
+from dl2.trace.schema import NO_RANK
 from dl2.trace.schema.encode import json_str
 from dl2.trace.schema.encode import peer_tag_fields
 from dl2.trace.schema.encode import ranks_field
@@ -130,11 +131,15 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         return "gloo"
 
     def _dl2_global(self, group_rank: Any) -> int | None:
-        """The global rank of a group rank (None if it is not one)."""
+        """The global rank of a group rank: None if it is not a number,
+        :data:`NO_RANK` if it is not a rank of the group (negative, or past its size:
+        gloo then waits forever)."""
         try:
-            return self._dl2_ranks[int(group_rank)]
-        except (IndexError, TypeError, ValueError):
+            index = int(group_rank)
+        except (TypeError, ValueError):
             return None
+        ranks = self._dl2_ranks
+        return ranks[index] if 0 <= index < len(ranks) else NO_RANK
 
     # -- recording --------------------------------------------------------------------
 

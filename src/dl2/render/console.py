@@ -169,9 +169,12 @@ def _deadlock_summary(findings: Sequence[Finding]) -> str:
         if len(stuck) == 1:
             return f"rank {stuck[0]} waits on itself forever"
         return f"{len(stuck)} ranks wait on each other forever"
-    orphaned = sorted(
-        stuck or {r for f in findings if f.kind is FindingKind.ORPHANED_WAIT for r in f.ranks}
-    )
+    orphans = {r for f in findings if f.kind is FindingKind.ORPHANED_WAIT for r in f.ranks}
+    if not orphans and stuck:  # no cycle and no rank that left: e.g. a peer that is no rank
+        if len(stuck) == 1:
+            return f"rank {stuck[0]} can never be released"
+        return f"{len(stuck)} ranks can never be released"
+    orphaned = sorted(stuck or orphans)
     if len(orphaned) == 1:
         return f"rank {orphaned[0]} waits forever on a rank that exited"
     if orphaned:

@@ -240,3 +240,7 @@ RECORD_KINDS = frozenset(
 STORE_WAITS = frozenset({"get", "wait", "multi_get"})
 #: ``store`` ops that set their keys
 STORE_SETS = frozenset({"set", "add", "compare_set", "multi_set", "append"})
+#: The ``peer`` (or ``root``) of an op called with a rank that is not one of its group's
+#: (negative, or past the group's size): no rank can ever match it.  Not -1, which the
+#: model's channels use for "any sender".
+NO_RANK = -2

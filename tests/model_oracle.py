@@ -177,7 +177,8 @@ def oracle_wait_for(
     free = (
         r
         for r, n in nodes.items()
-        if n.status.can_progress or (n.status is RankStatus.BLOCKED and _bounded(n))
+        if n.status.can_progress
+        or (n.status is RankStatus.BLOCKED and (_bounded(n) or graph.timelines[r].threads > 0))
     )
     waiting = {r: n.clauses for r, n in nodes.items() if n.status is RankStatus.BLOCKED}
     return nodes, deadlock_set(waiting, free)

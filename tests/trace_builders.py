@@ -240,6 +240,11 @@ class RankBuilder:
             self.state([], where, [(self.file, line, "main")])
         return store_id
 
+    def threads(self, live: int) -> RankBuilder:
+        """A ``threads`` record: ``live`` threads of the user's code besides the main one."""
+        self.encoder.threads(self._time(), live)
+        return self
+
     def end(self, how: str = "exit", err: str | None = None, line: int = 0) -> RankBuilder:
         """The end record; ``err``: the uncaught exception raised at ``line``."""
         sid = self._stack(line, "load", None) if err is not None else 0

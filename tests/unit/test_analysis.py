@@ -197,6 +197,22 @@ def test_a_peer_that_is_no_rank_is_named_and_never_matched(peer):
     assert "exited" not in finding.message
 
 
+def test_a_rank_with_another_live_thread_is_never_proven_stuck():
+    # GIVEN a send/send cycle, but rank 0 has a thread of the user's code alive besides
+    # the blocked one (it may still post the recv that releases rank 1)
+    r0, r1 = ranks(2)
+    r0.threads(1)
+    r0.call("send", 10, peer=1, complete=False)
+    r1.call("send", 20, peer=0, complete=False)
+    report = analyze(session([r0, r1]))
+    # THEN no deadlock is proven
+    assert report.verdict is not Verdict.DEADLOCK
+    assert not any(f.kind is FindingKind.DEADLOCK for f in report.findings)
+    # AND once that thread has ended, the same cycle is one
+    r0.threads(0)
+    assert analyze(session([r0, r1])).verdict is Verdict.DEADLOCK
+
+
 def test_rank_exiting_early_orphans_the_waiter():
     r0, r1 = ranks(2)
     r0.call("recv", 10, peer=1, complete=False)

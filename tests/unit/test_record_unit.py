@@ -479,3 +479,35 @@ def test_all_reduce_describer_fast_path_matches_the_generic_one(name: str, async
     # THEN both write the same fields
     assert describe._BY_HASH  # torch's ReduceOp hashes as its op's int
     assert fast == generic == (encode.reduce_fields(name.lower(), "float64", 3), async_op)
+
+
+# -- threads of the user's code ---------------------------------------------------------
+
+
+def _user_target() -> None:
+    pass
+
+
+class _UserThread(threading.Thread):
+    def run(self) -> None:
+        pass
+
+
+def test_only_threads_of_the_users_own_code_are_counted():
+    import functools
+
+    from dl2.record.install import runs_user_code
+
+    assert runs_user_code(threading.Thread(target=_user_target))
+    assert runs_user_code(threading.Thread(target=functools.partial(_user_target)))
+    assert runs_user_code(threading.Thread(target=lambda: None))
+    assert runs_user_code(_UserThread())
+    # the standard library's, torch's, an installed package's and bare threads are not
+    assert not runs_user_code(threading.Timer(1.0, _user_target))  # Timer.run: stdlib
+    assert not runs_user_code(threading.Thread())
+    import torch.utils.data._utils.pin_memory as pin_memory
+
+    assert not runs_user_code(threading.Thread(target=pin_memory._pin_memory_loop))
+    import msgspec
+
+    assert not runs_user_code(threading.Thread(target=msgspec.json.encode))  # no code

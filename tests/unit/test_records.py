@@ -37,6 +37,7 @@ from dl2.trace.schema.decode import Retention
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import UnknownRecord
 from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.schema.decode import decode_header
@@ -56,6 +57,7 @@ RECORD_TYPES = (
     NonMemberRecord,
     StateRecord,
     EndRecord,
+    ThreadsRecord,
     StoreRecord,
     CheckpointRecord,
     UnknownRecord,
@@ -365,6 +367,20 @@ def test_end_round_trip(how):
     s = Stream()
     s.encoder.end(t(99), how)
     assert s.read() == [EndRecord(t=t(99), how=how)]
+
+
+def test_threads_round_trip_and_the_count_follows_every_checkpoint():
+    s = Stream()
+    s.encoder.threads(t(3), 2)
+    s.encoder.checkpoint(t(7))
+    s.encoder.threads(t(9), 0)
+    s.encoder.checkpoint(t(11))
+    records = s.read()
+    assert [r for r in records if isinstance(r, ThreadsRecord)] == [
+        ThreadsRecord(t=t(3), live=2),
+        ThreadsRecord(t=t(7), live=2),  # repeated after the checkpoint while not 0
+        ThreadsRecord(t=t(9), live=0),
+    ]
 
 
 def test_end_round_trip_with_the_exception_that_ended_the_program():

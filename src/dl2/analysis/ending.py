@@ -73,9 +73,17 @@ def cut_off_ranks(session: Session, graph: ExecutionGraph) -> frozenset[int]:
     return silent
 
 
-def _roots(wfg: WaitForGraph) -> dict[int, tuple[int, ...]]:
+def _threads(graph: ExecutionGraph, rank: int) -> int:
+    """Threads of the user's code the rank had alive besides the blocked one."""
+    timeline = graph.timelines.get(rank)
+    return timeline.threads if timeline is not None else 0
+
+
+def _roots(wfg: WaitForGraph, graph: ExecutionGraph) -> dict[int, tuple[int, ...]]:
     """For each blocked rank outside the deadlock set, the ranks outside communication its
-    wait leads to (directly or through other blocked ranks), ascending.
+    wait leads to (directly or through other blocked ranks), ascending.  A blocked rank
+    with other threads of the user's code alive is one of its own roots: those threads,
+    which dl2 does not see in communication, may be what it waits for.
 
     One pass over the blocked ranks' strongly connected components, sinks first (a
     component's roots are its own free targets and those of the components it reaches):
@@ -92,6 +100,8 @@ def _roots(wfg: WaitForGraph) -> dict[int, tuple[int, ...]]:
         members = set(component)
         found: set[int] = set()
         for rank in component:
+            if _threads(graph, rank):
+                found.add(rank)
             for target in wfg.nodes[rank].targets:
                 if target in blocked:
                     if target not in members:
@@ -107,6 +117,12 @@ def _roots(wfg: WaitForGraph) -> dict[int, tuple[int, ...]]:
 def _root_text(graph: ExecutionGraph, wfg: WaitForGraph, rank: int) -> str:
     """Where a rank others waited on was: its watchdog's view, else its last op."""
     status = wfg.status(rank)
+    threads = _threads(graph, rank) if status is RankStatus.BLOCKED else 0
+    if threads:
+        return (
+            f"rank {rank}'s other thread{'s' if threads > 1 else ''} of the user's code "
+            f"({threads} alive, outside recorded communication)"
+        )
     if status is RankStatus.NO_TRACE:
         return f"rank {rank} (which left no trace)"
     if status is RankStatus.SPINNING:
@@ -142,7 +158,7 @@ def hang_findings(
     if not ended_outside:
         return []
     groups: dict[tuple[int, ...], list[int]] = {}
-    roots_of = _roots(wfg)
+    roots_of = _roots(wfg, graph)
     for rank, node in wfg.waiting.items():
         if node.status is not RankStatus.BLOCKED or rank in wfg.deadlocked or not node.clauses:
             continue

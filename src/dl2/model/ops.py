@@ -158,6 +158,8 @@ class Timeline:
         ended: "exit" or "destroy" from an end record.
         exit_error, exit_stack: the uncaught exception that ended the rank's program
             ("Type: message"), and the user's stack where it was raised.
+        threads: threads of the user's own code alive besides the main one: while
+            there are, a blocked call of one thread may be released by another.
         store_keys: the store keys the rank set (:func:`store_key`).
         newgroups, nonmember_calls: its new_group and non-member call records.
         last_state: its watchdog's latest ``state`` record.
@@ -171,6 +173,7 @@ class Timeline:
     ended: str | None
     exit_error: str | None = None
     exit_stack: tuple[Frame, ...] = ()
+    threads: int = 0
     newgroups: tuple[NewGroupRecord, ...] = ()
     store_keys: frozenset[str] = frozenset()
     nonmember_calls: tuple[NonMemberRecord, ...] = ()
@@ -204,6 +207,7 @@ class Timeline:
             self.ended,
             self.exit_error,
             self.exit_stack,
+            self.threads,
             self.newgroups,
             self.store_keys,
             self.nonmember_calls,

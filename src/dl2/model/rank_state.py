@@ -42,6 +42,7 @@ from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import WaitRecord
 
 #: blocking ops that complete when their call returns (no work to wait on)
@@ -182,6 +183,7 @@ class RankModel:
         "state_at",
         "store_calls",
         "store_keys",
+        "threads",
         "waits",
     )
 
@@ -204,6 +206,7 @@ class RankModel:
         self.newgroups: list[NewGroupRecord] = []
         self.nonmember: list[NonMemberRecord] = []
         self.ended: str | None = None
+        self.threads = 0  # threads of the user's code alive besides the main one
         self.exit_error: str | None = None  # the uncaught exception that ended it
         self.exit_stack: tuple[Frame, ...] = ()  # where it was raised
         # store calls that wait for keys, entered and not returned: id -> (record, the
@@ -364,6 +367,10 @@ class RankModel:
                 if TYPE_CHECKING:
                     assert isinstance(rec, NonMemberRecord)
                 self.nonmember.append(rec)
+            elif kind is ThreadsRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, ThreadsRecord)
+                self.threads = rec.live
             elif kind is EndRecord:
                 if TYPE_CHECKING:
                     assert isinstance(rec, EndRecord)
@@ -602,6 +609,7 @@ class RankModel:
             ended=self.ended,
             exit_error=self.exit_error,
             exit_stack=self.exit_stack,
+            threads=self.threads,
             newgroups=tuple(self.newgroups),
             store_keys=frozenset(self.store_keys),
             nonmember_calls=tuple(self.nonmember),

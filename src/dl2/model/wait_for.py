@@ -9,7 +9,8 @@ job, since any of them may set them (OR).  The deadlock set is what graph
 reduction (:func:`dl2.model.stuck.deadlock_set`, where the AND/OR rule is stated) leaves
 of the blocked ranks, starting from the ranks that can progress.  A rank that will leave
 its wait by itself (a monitored_barrier with a short timeout, a loop polling
-is_completed()) counts as able to make progress: it is never part of a deadlock.
+is_completed()), or that has other threads of the user's code alive (one of them may
+release it), counts as able to make progress: it is never part of a deadlock.
 
 Only the ranks that may wait (:meth:`ExecutionGraph.waiting_ranks`) get clauses; the
 node of any other rank is built when it is read.  Building the graph so costs what the
@@ -172,6 +173,13 @@ def _bounded(node: RankNode) -> bool:
     )
 
 
+def _threaded(graph: ExecutionGraph, rank: int) -> bool:
+    """The rank has threads of the user's code alive besides its main one: another of
+    them may yet issue what releases the blocked one (never proven stuck)."""
+    timeline = graph.timelines.get(rank)
+    return timeline is not None and timeline.threads > 0
+
+
 def _status(session: Session, graph: ExecutionGraph, rank: int) -> RankStatus:
     state = session.process_state(rank)
     if state in ENDED_BADLY:
@@ -240,6 +248,9 @@ def build_wait_for_graph(session: Session, graph: ExecutionGraph) -> WaitForGrap
         r
         for r in concerned
         if (node := nodes.get(r)) is not None
-        and (node.status.can_progress or (node.status is RankStatus.BLOCKED and _bounded(node)))
+        and (
+            node.status.can_progress
+            or (node.status is RankStatus.BLOCKED and (_bounded(node) or _threaded(graph, r)))
+        )
     )
     return WaitForGraph(nodes=nodes, deadlocked=deadlock_set(blocked, free), waiting=waiting)

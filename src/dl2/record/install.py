@@ -33,7 +33,9 @@ from typing import Any
 from dl2.notice import notice
 from dl2.record import recorder as _recorder_mod
 from dl2.record.recorder import Recorder
+from dl2.record.stack import USER
 from dl2.record.stack import capture
+from dl2.record.stack import classify_file
 from dl2.record.stack import user_stack_id
 
 _now = time.monotonic_ns
@@ -102,6 +104,7 @@ def install(run_dir: str | None = None) -> bool:
         state = _Installed(rec)
         _register_backend(dist)
         _patch(state, dist)
+        _patch_threads(state)
         _INSTALLED = state
         _recorder_mod.RECORDER = rec
         _register_process_hooks()
@@ -292,6 +295,28 @@ def _patch(state: _Installed, dist: Any) -> None:
         notice(f"store calls not recorded: {err!r}")
 
 
+def _patch_threads(state: _Installed) -> None:
+    """Count the threads that run the user's own code: each one's start and end is a
+    ``threads`` record (a rank blocked in one thread may be released by another)."""
+    rec = state.recorder
+    original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+
+    def _bootstrap_inner(self: threading.Thread) -> None:
+        try:
+            counted = runs_user_code(self)
+        except Exception:
+            counted = False
+        if counted:
+            rec.thread_started()
+        try:
+            original(self)
+        finally:
+            if counted:
+                rec.thread_ended()
+
+    state.patch(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+
+
 def _prepare_group(
     state: _Installed, c10d: Any, frame: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any], Any, _DeviceGroup | None] | None:
@@ -405,6 +430,23 @@ def _restore_backend_name(c10d: Any, result: Any, original_backend: Any) -> None
 
 
 # -- process life ---------------------------------------------------------------------
+
+
+def runs_user_code(thread: threading.Thread) -> bool:
+    """Whether a thread runs the user's own code: its target (or its class's ``run``)
+    is defined in a file that is neither torch, dl2, the standard library nor an
+    installed package (a DataLoader's pin-memory thread, tqdm's monitor and the
+    watchdog do not count)."""
+    target = getattr(thread, "_target", None)
+    if target is None:
+        run = type(thread).run
+        if run is threading.Thread.run:
+            return False
+        target = run
+    target = getattr(target, "func", target)  # functools.partial
+    target = getattr(target, "__func__", target)  # a bound method
+    code = getattr(target, "__code__", None)
+    return code is not None and classify_file(code.co_filename) == USER
 
 
 def _at_exit() -> None:

@@ -79,6 +79,9 @@ class Recorder:
         self.eager_bytes = -1
         self.eager: Any = None
         self.gate: Any = None
+        # threads of the user's code alive besides the main one (dl2.record.install)
+        self.user_threads = 0
+        self._threads_lock = threading.Lock()
 
     # -- the trace file ---------------------------------------------------------------
 
@@ -107,6 +110,8 @@ class Recorder:
                 clock=_now,
             )
         self.ended = False
+        if self.enc is not None and self.user_threads:
+            self.enc.threads(_now(), self.user_threads)  # started before the trace
         if writer.enabled and self.watchdog is None:
             try:
                 from dl2.record.watchdog import Watchdog
@@ -163,6 +168,21 @@ class Recorder:
         enc = self.enc
         if enc is not None and self.fd >= 0:
             enc.op(*args, **kwargs)
+
+    def thread_started(self) -> None:
+        """A thread of the user's code started (called from it): the ``threads`` record."""
+        self._threads_changed(1)
+
+    def thread_ended(self) -> None:
+        """A thread of the user's code ended (called from it, last)."""
+        self._threads_changed(-1)
+
+    def _threads_changed(self, delta: int) -> None:
+        with self._threads_lock:
+            self.user_threads = live = max(self.user_threads + delta, 0)
+            enc = self.enc
+            if enc is not None and self.fd >= 0:
+                enc.threads(_now(), live)
 
     def issued_wait(
         self, oid: int, wid: int, t: int, tid: int, sid: int, returned: bool = False
@@ -361,6 +381,8 @@ class Recorder:
         descriptor)."""
         self.enc = None  # its lock may have been held by another thread at the fork
         self.fd = -1
+        self.user_threads = 0  # only the forking thread lives on in the child
+        self._threads_lock = threading.Lock()
         if self.writer is not None:
             self.writer.close()
         self.writer = None

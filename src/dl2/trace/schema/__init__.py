@@ -173,6 +173,9 @@ Records:
   ["e", dt, how, err?, sid?]          ``end``; err, sid: the uncaught exception that
                                       ended the program ("Type: message") and the
                                       stack it was raised at [null, 0]
+  ["h", dt, live]                     ``threads``: threads of the user's own code
+                                      alive besides the main one (after a checkpoint
+                                      while some are)
   ["p", dt, back]                     ``drop`` of op ``last - back``
   ["t", dt, sid, tid, op, store, prefix, keys, block, timeout?, id?]
                                       ``store`` id [last + 1] (timeout [null])
@@ -231,6 +234,7 @@ RECORD_KINDS = frozenset(
         "nonmember",
         "state",
         "end",
+        "threads",
         "store",
         "checkpoint",
     }

@@ -246,6 +246,15 @@ class EndRecord(_Record, tag="end", frozen=True):
     stack: tuple[Frame, ...] = ()
 
 
+class ThreadsRecord(_Record, tag="threads", frozen=True):
+    """How many threads running the user's own code the rank has besides the one that
+    started the program, written when one starts or ends: while one is alive, a rank
+    blocked in a call may still be released by what another of its threads does."""
+
+    t: int = 0
+    live: int = 0
+
+
 class StoreRecord(_Record, tag="store", frozen=True):
     """A c10d Store call by user code or a library (``block``: it waits for its keys)."""
 
@@ -309,6 +318,7 @@ KnownRecord = (
     | NonMemberRecord
     | StateRecord
     | EndRecord
+    | ThreadsRecord
     | StoreRecord
     | CheckpointRecord
 )

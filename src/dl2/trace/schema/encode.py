@@ -355,6 +355,11 @@ def end_line(dt: int, how: str, err: str | None = None, sid: int = 0) -> str:
     return f'["e",{dt},"{how}",{json.dumps(err)},{sid}]\n'
 
 
+def threads_line(dt: int, live: int) -> str:
+    """``["h", dt, live]``: threads of the user's own code alive besides the main one."""
+    return f'["h",{dt},{live}]\n'
+
+
 def store_line(
     dt: int,
     sid: int,

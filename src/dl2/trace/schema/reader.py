@@ -38,6 +38,7 @@ from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import UnknownRecord
 from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.schema.state import collectives
@@ -60,6 +61,7 @@ from dl2.trace.schema.wire import RetLine
 from dl2.trace.schema.wire import StackDef
 from dl2.trace.schema.wire import StateLine
 from dl2.trace.schema.wire import StoreLine
+from dl2.trace.schema.wire import ThreadsLine
 from dl2.trace.schema.wire import WaitLine
 from dl2.trace.schema.wire import decode_lines
 
@@ -130,6 +132,7 @@ class SegmentDecoder:
             StateLine: self._state_line,
             EndLine: self._end,
             DropLine: self._drop,
+            ThreadsLine: self._threads,
             StoreLine: self._store,
             CheckpointLine: self._checkpoint,
         }
@@ -367,6 +370,10 @@ class SegmentDecoder:
         self._first = False
         stack = self._frames(line.sid) if line.err is not None else ()
         out.append(EndRecord(t=self._t(line.dt), how=line.how, err=line.err, stack=stack))
+
+    def _threads(self, line: ThreadsLine, out: _Out) -> None:
+        self._first = False
+        out.append(ThreadsRecord(t=self._t(line.dt), live=line.live))
 
     def _drop(self, line: DropLine, out: _Out) -> None:
         self._first = False

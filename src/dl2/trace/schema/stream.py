@@ -105,6 +105,7 @@ class StreamEncoder:
         self.t0 = t0
         self.stacks = stacks
         self.lock = threading.Lock()
+        self.live_threads = 0  # the last ``threads`` record's count
         self.tail: deque[tuple[Any, ...]] = deque()
         self.segment = 0
         self._sink = sink
@@ -558,6 +559,12 @@ class StreamEncoder:
         """The watchdog's ``state``."""
         self._timed(t, lambda dt: encode.state_line(dt, pending, where, sid), sid)
 
+    def threads(self, t: int, live: int) -> None:
+        """The ``threads`` record: ``live`` threads of the user's code besides the main
+        one (repeated after every checkpoint while not 0)."""
+        self.live_threads = live
+        self._timed(t, lambda dt: encode.threads_line(dt, live))
+
     def end(self, t: int, how: str, err: str | None = None, sid: int = 0) -> None:
         """The ``end`` record (``err``, ``sid``: the uncaught exception that ended the
         program and where it was raised)."""
@@ -630,4 +637,5 @@ class StreamEncoder:
         self._last_tid = 0
         self._last_sid = -1
         self.seqs = expected_seqs(collectives(self.seqs), self.channels, self.me)
-        return "".join(head) + encode.checkpoint_line(us, body)
+        live = encode.threads_line(0, self.live_threads) if self.live_threads else ""
+        return "".join(head) + encode.checkpoint_line(us, body) + live

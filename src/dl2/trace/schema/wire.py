@@ -148,6 +148,11 @@ class EndLine(_Line, tag="e", frozen=True):
     sid: int = 0
 
 
+class ThreadsLine(_Line, tag="h", frozen=True):
+    dt: int
+    live: int
+
+
 class DropLine(_Line, tag="p", frozen=True):
     dt: int
     back: int
@@ -204,6 +209,7 @@ Line = (
     | NonMemberLine
     | StateLine
     | EndLine
+    | ThreadsLine
     | DropLine
     | StoreLine
     | CheckpointLine
@@ -224,6 +230,7 @@ LINE_KINDS = frozenset(
         NonMemberLine,
         StateLine,
         EndLine,
+        ThreadsLine,
         DropLine,
         StoreLine,
         CheckpointLine,

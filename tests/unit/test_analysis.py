@@ -213,6 +213,18 @@ def test_a_rank_with_another_live_thread_is_never_proven_stuck():
     assert analyze(session([r0, r1])).verdict is Verdict.DEADLOCK
 
 
+def test_two_independent_deadlocks_are_two_findings():
+    # GIVEN send/send cycles between ranks 0 and 1 and between ranks 2 and 3
+    rs = ranks(4)
+    for r in rs:
+        r.call("send", 10 + r.rank, peer=r.rank ^ 1, complete=False)
+    report = analyze(session(rs))
+    # THEN each cycle is a finding of its own, neither said to wait on the other
+    deadlocks = [f for f in report.findings if f.kind is FindingKind.DEADLOCK]
+    assert [(f.ranks, f.cycle) for f in deadlocks] == [((0, 1), (0, 1)), ((2, 3), (2, 3))]
+    assert not any("too" in f.message for f in deadlocks)
+
+
 def test_rank_exiting_early_orphans_the_waiter():
     r0, r1 = ranks(2)
     r0.call("recv", 10, peer=1, complete=False)
@@ -342,6 +354,30 @@ def test_new_group_by_a_subset_blocks_in_creation():
     assert report.verdict is Verdict.DEADLOCK
     assert report.findings[0].cycle == (0, 1)
     assert any(f.kind is FindingKind.GROUP_MISMATCH for f in report.findings)
+
+
+@pytest.mark.parametrize("swapped", [True, False])
+def test_one_group_name_with_different_members_is_a_group_mismatch(swapped):
+    # GIVEN 4 ranks creating the pair groups [0,1] and [2,3], ranks 2 and 3 "their own
+    # group first" (swapped): group "1" is [0,1] on ranks 0,1 and [2,3] on ranks 2,3
+    rs = ranks(4)
+    for r in rs:
+        first, second = ([2, 3], [0, 1]) if swapped and r.rank >= 2 else ([0, 1], [2, 3])
+        for gid, members in (("1", first), ("2", second)):
+            r.newgroup(members, gid if r.rank in members else None, line=16)
+            if r.rank in members:
+                r.create_group(gid, members, line=16)
+    report = analyze(session([r.end() for r in rs]))
+    # THEN only the swapped orders are named, with the lists each rank created
+    mismatches = [f for f in report.findings if f.kind is FindingKind.GROUP_MISMATCH]
+    if not swapped:
+        assert report.verdict is Verdict.OK
+        return
+    assert report.verdict is Verdict.DEFECT
+    (finding,) = [f for f in mismatches if f.group == "1"]
+    assert "ranks 0 and 1 created it as new_group(ranks=[0, 1])" in finding.message
+    assert "ranks 2 and 3 created it as new_group(ranks=[2, 3])" in finding.message
+    assert {o.line for o in finding.ops} == {16}
 
 
 def test_nonmember_call_is_a_defect():

@@ -16,6 +16,7 @@ from dl2.model.execution_graph import op_key
 from dl2.model.ops import Frame
 from dl2.model.ops import Op
 from dl2.model.stuck import RankStatus
+from dl2.model.stuck import shortest_cycle
 from dl2.model.wait_for import Clause
 from dl2.model.wait_for import RankNode
 from dl2.model.wait_for import WaitForGraph
@@ -184,12 +185,47 @@ _NOTED_RANKS = 64
 
 
 def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
-    """The deadlock cycle (or the orphaned chain) and each orphaned wait."""
+    """The deadlock cycle (or the orphaned chain) and each orphaned wait, for each part
+    of the deadlock set that waits on no other part (two independent deadlocks, in two
+    halves of a mesh say, are two findings)."""
     if not wfg.deadlocked:
         return []
     findings: list[Finding] = []
-    cycle = wfg.shortest_cycle()
-    members = sorted(wfg.deadlocked)
+    for part in _independent_parts(wfg):
+        waits = {r: wfg.nodes[r].targets for r in part}
+        findings.extend(_deadlock_part(graph, wfg, part, shortest_cycle(waits)))
+    return findings
+
+
+def _independent_parts(wfg: WaitForGraph) -> list[list[int]]:
+    """The deadlock set split into the parts no wait edge joins (in either direction),
+    each ascending, ordered by their lowest rank."""
+    parent = {r: r for r in wfg.deadlocked}
+
+    def root(r: int) -> int:
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    for rank in wfg.deadlocked:
+        for target in wfg.nodes[rank].targets:
+            if target in parent:
+                a, b = root(rank), root(target)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    parts: dict[int, list[int]] = {}
+    for rank in sorted(wfg.deadlocked):
+        parts.setdefault(root(rank), []).append(rank)
+    return sorted(parts.values())
+
+
+def _deadlock_part(
+    graph: ExecutionGraph, wfg: WaitForGraph, members: list[int], cycle: tuple[int, ...]
+) -> list[Finding]:
+    """The findings of one independent part of the deadlock set (``members``, with its
+    shortest ``cycle``, empty if none)."""
+    findings: list[Finding] = []
     if cycle:
         ops = [_stuck_op(wfg.nodes[r]) for r in cycle]
         notes = [

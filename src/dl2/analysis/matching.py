@@ -223,13 +223,18 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
     A rank whose trace starts at a checkpoint is left out: its earlier calls are absent.
     """
     calls: dict[tuple[int, ...], dict[int, list[NewGroupRecord]]] = defaultdict(dict)
+    # group name -> its members as each rank created it -> (those ranks, a record)
+    named: dict[str, dict[tuple[int, ...], tuple[list[int], NewGroupRecord]]] = {}
     known = {r: t for r, t in graph.timelines.items() if r not in graph.resumed}
     for rank, timeline in known.items():
         for record in timeline.newgroups:
             ranks = record.ranks
             members = tuple(sorted(ranks)) if ranks is not None else tuple(range(graph.world_size))
             calls[members].setdefault(rank, []).append(record)
-    findings: list[Finding] = []
+            if record.gid is not None:
+                sets = named.setdefault(str(record.gid), {})
+                sets.setdefault(members, ([], record))[0].append(rank)
+    findings: list[Finding] = _one_name_two_groups(named)
     for members, by_rank in sorted(calls.items()):
         counts = {r: len(by_rank.get(r, [])) for r in members if r in known}
         names = {r: tuple(str(c.gid) for c in by_rank.get(r, [])) for r in members if r in known}
@@ -270,6 +275,45 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
                     "Call new_group on every rank, members and non-members alike, in the same "
                     "order and with the same ranks."
                 ),
+            )
+        )
+    return findings
+
+
+def _one_name_two_groups(
+    named: dict[str, dict[tuple[int, ...], tuple[list[int], NewGroupRecord]]],
+) -> list[Finding]:
+    """A group name that ranks created with different members: they called new_group
+    with different rank lists at the same point (or in different orders), and the one
+    group joins ranks that disagree on who is in it."""
+    findings = []
+    for gid, sets in sorted(named.items()):
+        if len(sets) < 2:
+            continue
+        parts = [
+            f"{rank_list(sorted(creators))} created it as new_group(ranks={list(members)})"
+            for members, (creators, _) in sorted(sets.items())
+        ]
+        findings.append(
+            Finding(
+                kind=FindingKind.GROUP_MISMATCH,
+                ranks=tuple(sorted({r for creators, _ in sets.values() for r in creators})),
+                ops=tuple(
+                    _new_group_ref(min(creators), record)
+                    for _, (creators, record) in sorted(sets.items())
+                ),
+                message=(
+                    f"Group {gid} has different members on different ranks: "
+                    + "; ".join(parts)
+                    + ". The ranks called new_group with different rank lists in the same "
+                    "place (or the same lists in different orders)."
+                ),
+                hint=(
+                    "Build the lists of group ranks the same way on every rank (the same "
+                    "groups in the same order, not 'my group first'), and call new_group for "
+                    "each of them in that order."
+                ),
+                group=gid,
             )
         )
     return findings

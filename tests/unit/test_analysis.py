@@ -172,6 +172,19 @@ def test_all_to_all_split_sizes_must_pair_up(splits0, splits1, verdict):
         assert "sending [1, 3]" in report.findings[0].message
 
 
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [("all_gather", "all_gather_into_tensor"), ("reduce_scatter", "reduce_scatter_tensor")],
+)
+def test_the_list_and_the_flat_form_of_a_collective_match(a, b):
+    # GIVEN one rank gathering into a list of tensors, the other into one flat tensor
+    r0, r1 = ranks(2)
+    r0.call(a, 10)
+    r1.call(b, 20)
+    # THEN it is the same collective on gloo and NCCL alike: no mismatch
+    assert analyze(session([r0.end(), r1.end()])).verdict is Verdict.OK
+
+
 def test_identical_collectives_from_different_call_sites_are_clean():
     r0, r1 = ranks(2)
     r0.call("all_reduce", 10, redop="sum", function="a")

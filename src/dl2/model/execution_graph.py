@@ -63,9 +63,18 @@ class Signed(Protocol):
     def splits(self) -> tuple[tuple[int, ...], ...] | None: ...
 
 
+#: Collectives that meet each other as one (the same gloo and NCCL collective, a list of
+#: tensors or one flat tensor): a list all_gather on one rank and all_gather_into_tensor
+#: on another complete, with the right data.
+_SAME_COLLECTIVE = {
+    "all_gather_into_tensor": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+}
+
+
 def signature_fields(op: Signed) -> dict[str, object]:
     """The fields that must agree between members for a collective to match."""
-    fields: dict[str, object] = {"op": op.op}
+    fields: dict[str, object] = {"op": _SAME_COLLECTIVE.get(op.op, op.op)}
     if op.root is not None or op.op in ("broadcast", "reduce", "gather", "scatter"):
         fields["root"] = op.root
     if op.redop is not None:

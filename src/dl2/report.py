@@ -74,6 +74,10 @@ class FindingKind(str, Enum):
     #: an isend/irecv whose Work was never waited on (dropped, or outstanding when its
     #: rank ended): on gloo the transfer may never happen
     UNWAITED_WORK = "unwaited-work"
+    #: a communication call raised an error of its own on its rank (an argument torch or
+    #: the backend rejects: a negative tag, the rank itself as peer...), and nothing
+    #: else explains the job's failure
+    FAILED_CALL = "failed-call"
 
 
 @dataclass(frozen=True)

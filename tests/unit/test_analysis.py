@@ -238,6 +238,33 @@ def test_two_independent_deadlocks_are_two_findings():
     assert not any("too" in f.message for f in deadlocks)
 
 
+def test_a_call_rejected_on_its_own_rank_is_named_when_nothing_else_explains_the_failure():
+    # GIVEN both ranks' send/recv raised at once (a negative tag) and both processes failed
+    r0, r1 = ranks(2)
+    r0.ret(
+        r0.issue("send", 11, peer=1, tag=-1, returned=False),
+        "RuntimeError: Tag must be nonnegative",
+    )
+    r1.ret(
+        r1.issue("recv", 13, peer=0, tag=-1, returned=False),
+        "RuntimeError: Tag must be nonnegative",
+    )
+    report = analyze(session([r0, r1], states={0: FAILED, 1: FAILED}))
+    # THEN each call is a failed-call finding with its line: a defect, not "a reason other
+    # than communication"
+    assert report.verdict is Verdict.DEFECT
+    calls = [f for f in report.findings if f.kind is FindingKind.FAILED_CALL]
+    assert [(f.ranks, f.ops[0].line) for f in calls] == [((0,), 11), ((1,), 13)]
+    assert "Tag must be nonnegative" in calls[0].message
+
+
+def test_a_call_that_failed_because_its_peer_left_is_no_failed_call():
+    r0, r1 = ranks(2)
+    r0.ret(r0.issue("recv", 13, peer=1, returned=False), "RuntimeError: Connection closed by peer")
+    report = analyze(session([r0, r1], states={0: FAILED, 1: FAILED}))
+    assert not any(f.kind is FindingKind.FAILED_CALL for f in report.findings)
+
+
 def test_rank_exiting_early_orphans_the_waiter():
     r0, r1 = ranks(2)
     r0.call("recv", 10, peer=1, complete=False)

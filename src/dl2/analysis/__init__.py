@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from dl2.analysis.deadlock import busy_poll_findings
 from dl2.analysis.deadlock import deadlock_findings
+from dl2.analysis.deadlock import failed_call_findings
 from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.describe import exit_cause
@@ -140,6 +141,7 @@ def _verdict(
         FindingKind.P2P_MISMATCH,
         FindingKind.GROUP_MISMATCH,
         FindingKind.NONMEMBER_CALL,
+        FindingKind.FAILED_CALL,
     }:
         return Verdict.DEFECT
     # A rank that left cleanly while others needed it: gloo fails their ops with
@@ -250,6 +252,8 @@ def analyze(
     for analysis in ANALYSES.values():
         findings.extend(analysis(context))
     any_failed = RankStatus.FAILED in statuses
+    if any_failed and not findings:
+        findings.extend(failed_call_findings(graph))
     warnings = list(session.warnings) + context.notes
     # ranks whose program ended (the recorder's exit hook ran) whatever their exit status
     left = frozenset(r for r, tl in graph.timelines.items() if tl.ended == "exit")

@@ -362,6 +362,47 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
     return findings
 
 
+#: errors of a call that come from its peers or from waiting, not from the call itself
+_PEER_ERRORS = (
+    "Connection closed",
+    "Connection reset",
+    "Connection refused",
+    "Broken pipe",
+    "Read error",
+    "Write error",
+    "imed out",
+    "Timeout",
+)
+
+
+def failed_call_findings(graph: ExecutionGraph) -> list[Finding]:
+    """Communication calls that raised an error of their own (not a peer's exit, not a
+    timeout): the first of each rank.  Called when ranks failed and no other finding
+    explains it."""
+    findings: list[Finding] = []
+    for rank in sorted(graph.timelines):
+        for op in graph.failed_ops(rank):
+            error = op.error or ""
+            if any(text in error for text in _PEER_ERRORS):
+                continue
+            findings.append(
+                Finding(
+                    kind=FindingKind.FAILED_CALL,
+                    ranks=(rank,),
+                    ops=(op_ref(op),),
+                    message=f"Rank {rank}'s {phrase(op)} ({where(op)}) raised {error}",
+                    hint=(
+                        "The call itself was rejected on that rank: check its arguments (peer, "
+                        "tag, group, tensor shape, dtype, device) against what torch.distributed "
+                        "and the backend accept; its peers then fail or wait on it."
+                    ),
+                    group=op.gid,
+                )
+            )
+            break
+    return findings
+
+
 #: frames of a hang suspect's stack quoted in its finding
 SUSPECT_FRAMES = 4
 #: what a watchdog ``state``'s "where" says of a rank outside recorded communication

@@ -36,6 +36,7 @@ from dl2.record.recorder import Recorder
 from dl2.record.stack import USER
 from dl2.record.stack import capture
 from dl2.record.stack import classify_file
+from dl2.record.stack import in_distributed_call
 from dl2.record.stack import user_stack_id
 
 _now = time.monotonic_ns
@@ -297,15 +298,22 @@ def _patch(state: _Installed, dist: Any) -> None:
 
 def _patch_threads(state: _Installed) -> None:
     """Count the threads that run the user's own code: each one's start and end is a
-    ``threads`` record (a rank blocked in one thread may be released by another)."""
+    ``threads`` record (a rank blocked in one thread may be released by another).  A
+    thread started inside a torch.distributed call (a backend's progress thread, started
+    while init_process_group builds it) works for that call, not for the user."""
     rec = state.recorder
     original = threading.Thread._bootstrap_inner  # type: ignore[attr-defined]
+    original_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        try:
+            self._dl2_user = runs_user_code(self) and not in_distributed_call(sys._getframe(1))  # type: ignore[attr-defined]
+        except Exception:
+            pass
+        original_start(self)
 
     def _bootstrap_inner(self: threading.Thread) -> None:
-        try:
-            counted = runs_user_code(self)
-        except Exception:
-            counted = False
+        counted = getattr(self, "_dl2_user", False)
         if counted:
             rec.thread_started()
         try:
@@ -314,6 +322,7 @@ def _patch_threads(state: _Installed) -> None:
             if counted:
                 rec.thread_ended()
 
+    state.patch(threading.Thread, "start", start)
     state.patch(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
 
 

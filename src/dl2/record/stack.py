@@ -240,6 +240,20 @@ def raised_at(exc: BaseException) -> int:
     return user_stack_id(tb.tb_frame)
 
 
+def in_distributed_call(frame: FrameType | None) -> bool:
+    """Whether a torch.distributed API function is on the stack from ``frame`` outwards
+    (within MAX_WALK frames): what runs there runs on behalf of that call (a backend's
+    progress thread started while init_process_group builds it)."""
+    f = frame
+    for _ in range(MAX_WALK):
+        if f is None:
+            return False
+        if f.f_code.co_filename in _API_FILES:
+            return True
+        f = f.f_back
+    return False
+
+
 def user_stack(frame: FrameType | None) -> str:
     """The encoded stack of :func:`user_stack_id` (a JSON array of frames)."""
     return STACKS.text(user_stack_id(frame))

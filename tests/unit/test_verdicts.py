@@ -164,3 +164,20 @@ def test_a_wide_hang_is_one_finding_naming_the_rank_outside_communication():
     assert hang.ranks == tuple(range(1200)) and len(hang.ops) == 1199
     assert hang.summary.startswith("ranks 0-1198 ")
     assert "waiting on rank 1199 (running Python code at train.py:7 in load)" in hang.summary
+
+
+def test_a_second_wait_on_a_completed_p2p_work_is_named_at_the_hang_timeout():
+    # GIVEN an isend/irecv pair each waited on, then waited on again (gloo: the second
+    # wait waits for another message), until dl2's hang timeout stopped the job
+    r0, r1 = ranks(2)
+    send = r0.isend(14, peer=1)
+    recv = r1.issue("recv", 16, peer=0, api="irecv", **{"async": True})
+    for rank, op_id in ((r0, send), (r1, recv)):
+        rank.wait(op_id)
+        rank.wait(op_id, complete=False)
+    report = analyze(_ended(session([r0, r1]), "hang-timeout"))
+    # THEN the hang names both works and says why the wait never returns
+    hang = next(f for f in report.findings if f.kind is FindingKind.HANG)
+    assert hang.ranks == (0, 1)
+    assert [(o.rank, o.line) for o in hang.ops] == [(0, 14), (1, 16)]
+    assert "second wait() on a send or receive" in hang.message

@@ -201,4 +201,41 @@ def hang_findings(
                 summary=(f"{who} blocked in {phrase(first)} ({where(first)}) waiting on {waited}"),
             )
         )
+    if ending == "hang-timeout" and not findings:
+        findings.extend(_rewait_findings(graph))
     return findings
+
+
+def _rewait_findings(graph: ExecutionGraph) -> list[Finding]:
+    """Ranks still inside a wait() on a point-to-point work that had completed when dl2's
+    hang timeout stopped the job: a second wait on a gloo P2P work waits for another
+    message, which never comes (a collective's returns at once)."""
+    stuck = []
+    for rank in sorted(graph.timelines):
+        blocked = graph.timelines[rank].blocked
+        if blocked is None or blocked.how != "wait" or len(blocked.ops) != 1:
+            continue
+        op = blocked.ops[0]
+        if op.completed and op.error is None and op.kind == "p2p":
+            stuck.append(op)
+    if not stuck:
+        return []
+    parts = [f"rank {o.rank} on its {phrase(o)} ({where(o)})" for o in stuck[:3]]
+    more = f" and {len(stuck) - 3} more" if len(stuck) > 3 else ""
+    return [
+        Finding(
+            kind=FindingKind.HANG,
+            ranks=tuple(o.rank for o in stuck),
+            ops=tuple(op_ref(o) for o in stuck),
+            message=(
+                "Blocked in wait() on a point-to-point work that had already completed, "
+                f"until the job was ended: {'; '.join(parts)}{more}. On gloo a second "
+                "wait() on a send or receive waits for another message, which never comes."
+            ),
+            hint=(
+                "Call wait() once per isend/irecv work (keep a flag, or drop the work after "
+                "its wait); a collective's work may be waited on again, a P2P work may not."
+            ),
+            group=stuck[0].gid,
+        )
+    ]

@@ -1,8 +1,10 @@
-# dl2-case: label=deadlock world=3 category=wrong-peer
+# dl2-case: label=deadlock world=3 category=wrong-peer nondeterministic=1
 # dl2-expect: ranks=0,1,2
 """A ring exchange whose next rank is computed without the modulo: rank 2 sends to
-rank 3, which does not exist in a world of 3.  gloo blocks rank 2 forever inside the
-isend; rank 0 waits for a message from rank 2, rank 1 for its isend to rank 2."""
+rank 3, which does not exist in a world of 3.  gloo does not check the rank: rank 2
+blocks forever inside the isend (seen on an idle machine), or, under load, fails, and
+the others with it; rank 0 waits for a message from rank 2, rank 1 for its isend to
+rank 2."""
 
 import torch
 import torch.distributed as dist

@@ -328,6 +328,12 @@ def test_install_records_a_one_rank_group_and_uninstall_restores(tmp_path: Path)
         assert dist.get_backend() == "gloo"
         assert type(dist.group.WORLD).__name__ == "RecordingProcessGroup"
         assert dist.group.WORLD.name() == "gloo"
+        # a peer that is no rank of the group is recorded as none, never as a rank
+        # (-1 once read as the last rank) nor as "any" (a rank past the group)
+        from dl2.trace.schema import NO_RANK
+
+        world = dist.group.WORLD
+        assert [world._dl2_global(r) for r in (0, -1, 1, "x")] == [0, NO_RANK, NO_RANK, None]
         t = torch.ones(3)
         work = dist.all_reduce(t, async_op=True)
         assert work.get_future().wait()[0].tolist() == [1.0, 1.0, 1.0]

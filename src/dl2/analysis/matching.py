@@ -140,7 +140,9 @@ def p2p_findings(graph: ExecutionGraph, job_ended: bool) -> list[Finding]:
             findings.append(
                 Finding(
                     kind=FindingKind.P2P_UNMATCHED,
-                    ranks=tuple(sorted({rank, *([op.peer] if op.peer is not None else [])})),
+                    ranks=tuple(
+                        sorted({rank, *([op.peer] if op.peer is not None and op.peer >= 0 else [])})
+                    ),
                     ops=(op_ref(op),),
                     message=f"Rank {rank}'s {phrase(op)} at {where(op)} was never matched.",
                     hint="Post the matching operation on the peer, with the same tag and group.",

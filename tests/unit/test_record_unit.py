@@ -517,3 +517,17 @@ def test_only_threads_of_the_users_own_code_are_counted():
     import msgspec
 
     assert not runs_user_code(threading.Thread(target=msgspec.json.encode))  # no code
+
+
+def test_counting_a_thread_never_raises_into_it(tmp_path: Path):
+    from dl2.record.recorder import Recorder
+
+    class Broken:
+        def threads(self, t: int, live: int) -> None:
+            raise OSError("disk full")
+
+    rec = Recorder(str(tmp_path))
+    rec.enc, rec.fd = Broken(), 3  # type: ignore[assignment]
+    rec.thread_started()  # a failed write costs the record, never the thread
+    rec.thread_ended()
+    assert rec.user_threads == 0

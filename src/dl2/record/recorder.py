@@ -178,11 +178,15 @@ class Recorder:
         self._threads_changed(-1)
 
     def _threads_changed(self, delta: int) -> None:
-        with self._threads_lock:
-            self.user_threads = live = max(self.user_threads + delta, 0)
-            enc = self.enc
-            if enc is not None and self.fd >= 0:
-                enc.threads(_now(), live)
+        """Count and record (never raises: it runs at the start and end of user threads)."""
+        try:
+            with self._threads_lock:
+                self.user_threads = live = max(self.user_threads + delta, 0)
+                enc = self.enc
+                if enc is not None and self.fd >= 0:
+                    enc.threads(_now(), live)
+        except Exception:
+            pass
 
     def issued_wait(
         self, oid: int, wid: int, t: int, tid: int, sid: int, returned: bool = False

@@ -117,12 +117,13 @@ def _store_finding(wfg: WaitForGraph, node: RankNode) -> Finding:
 
 
 def _gone_states(graph: ExecutionGraph, wfg: WaitForGraph, gone: Sequence[int]) -> str:
-    """``rank 1 failed: ValueError: ..., raised at data.py:6 in load; rank 2 exited``."""
-    parts = []
-    for rank in gone:
-        cause = exit_cause(graph, rank)
-        parts.append(f"rank {rank} {wfg.status(rank)}" + (f" ({cause})" if cause else ""))
-    return "; ".join(parts) if any(exit_cause(graph, r) for r in gone) else ", ".join(parts)
+    """``rank 1 failed (ValueError: ..., raised at data.py:6 in load); rank 2 exited``."""
+    causes = [exit_cause(graph, rank) for rank in gone]
+    parts = [
+        f"rank {rank} {wfg.status(rank)}" + (f" ({cause})" if cause else "")
+        for rank, cause in zip(gone, causes, strict=True)
+    ]
+    return ("; " if any(causes) else ", ").join(parts)
 
 
 def _hint(ops: list[Op], notes: list[str]) -> str:
@@ -364,14 +365,14 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
 
 #: errors of a call that come from its peers or from waiting, not from the call itself
 _PEER_ERRORS = (
-    "Connection closed",
-    "Connection reset",
-    "Connection refused",
-    "Broken pipe",
-    "Read error",
-    "Write error",
-    "imed out",
-    "Timeout",
+    "connection closed",
+    "connection reset",
+    "connection refused",
+    "broken pipe",
+    "read error",
+    "write error",
+    "timed out",
+    "timeout",
 )
 
 
@@ -383,7 +384,8 @@ def failed_call_findings(graph: ExecutionGraph) -> list[Finding]:
     for rank in sorted(graph.timelines):
         for op in graph.failed_ops(rank):
             error = op.error or ""
-            if any(text in error for text in _PEER_ERRORS):
+            lowered = error.lower()
+            if any(text in lowered for text in _PEER_ERRORS):
                 continue
             findings.append(
                 Finding(

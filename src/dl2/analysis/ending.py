@@ -30,6 +30,7 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.stuck import RankStatus
 from dl2.model.stuck import strongly_connected_components
 from dl2.model.wait_for import WaitForGraph
+from dl2.model.wait_for import other_threads
 from dl2.report import Finding
 from dl2.report import FindingKind
 from dl2.trace.session import ENDED_BADLY
@@ -73,12 +74,6 @@ def cut_off_ranks(session: Session, graph: ExecutionGraph) -> frozenset[int]:
     return silent
 
 
-def _threads(graph: ExecutionGraph, rank: int) -> int:
-    """Threads of the user's code the rank had alive besides the blocked one."""
-    timeline = graph.timelines.get(rank)
-    return timeline.threads if timeline is not None else 0
-
-
 def _roots(wfg: WaitForGraph, graph: ExecutionGraph) -> dict[int, tuple[int, ...]]:
     """For each blocked rank outside the deadlock set, the ranks outside communication its
     wait leads to (directly or through other blocked ranks), ascending.  A blocked rank
@@ -100,7 +95,7 @@ def _roots(wfg: WaitForGraph, graph: ExecutionGraph) -> dict[int, tuple[int, ...
         members = set(component)
         found: set[int] = set()
         for rank in component:
-            if _threads(graph, rank):
+            if other_threads(graph, rank):
                 found.add(rank)
             for target in wfg.nodes[rank].targets:
                 if target in blocked:
@@ -117,7 +112,7 @@ def _roots(wfg: WaitForGraph, graph: ExecutionGraph) -> dict[int, tuple[int, ...
 def _root_text(graph: ExecutionGraph, wfg: WaitForGraph, rank: int) -> str:
     """Where a rank others waited on was: its watchdog's view, else its last op."""
     status = wfg.status(rank)
-    threads = _threads(graph, rank) if status is RankStatus.BLOCKED else 0
+    threads = other_threads(graph, rank) if status is RankStatus.BLOCKED else 0
     if threads:
         return (
             f"rank {rank}'s other thread{'s' if threads > 1 else ''} of the user's code "

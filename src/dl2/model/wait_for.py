@@ -173,11 +173,11 @@ def _bounded(node: RankNode) -> bool:
     )
 
 
-def _threaded(graph: ExecutionGraph, rank: int) -> bool:
-    """The rank has threads of the user's code alive besides its main one: another of
-    them may yet issue what releases the blocked one (never proven stuck)."""
+def other_threads(graph: ExecutionGraph, rank: int) -> int:
+    """Threads of the user's code the rank has alive besides its main one: while there
+    are, another of them may yet issue what releases a blocked one (never proven stuck)."""
     timeline = graph.timelines.get(rank)
-    return timeline is not None and timeline.threads > 0
+    return timeline.threads if timeline is not None else 0
 
 
 def _status(session: Session, graph: ExecutionGraph, rank: int) -> RankStatus:
@@ -250,7 +250,10 @@ def build_wait_for_graph(session: Session, graph: ExecutionGraph) -> WaitForGrap
         if (node := nodes.get(r)) is not None
         and (
             node.status.can_progress
-            or (node.status is RankStatus.BLOCKED and (_bounded(node) or _threaded(graph, r)))
+            or (
+                node.status is RankStatus.BLOCKED
+                and (_bounded(node) or other_threads(graph, r) > 0)
+            )
         )
     )
     return WaitForGraph(nodes=nodes, deadlocked=deadlock_set(blocked, free), waiting=waiting)

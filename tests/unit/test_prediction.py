@@ -81,14 +81,15 @@ def even_odd_ring(world: int = 4, nbytes: int = 1 << 20) -> list[RankBuilder]:
     return ended(rs)
 
 
-def wildcard_race(one_sender: bool = False) -> list[RankBuilder]:
+def wildcard_race(one_sender: bool = False, follows: bool = False) -> list[RankBuilder]:
     """Rank 0: recv(any) then recv(from 2); ranks 1 and 2 send once each.  The recorded
     wildcard matched rank 1.  The twin: rank 1 sends both messages, rank 0 receives the
-    second from rank 1."""
+    second from rank 1.  ``follows``: the second recv's peer was computed from the
+    wildcard's sender (``src=3 - first``: the recorder wrote ``via``)."""
     r0, r1, r2 = ranks(3)
     wildcard = r0.issue("recv", 10, peer=None)
     r0.wait(wildcard, src=1)
-    r0.call("recv", 11, peer=1 if one_sender else 2)
+    r0.call("recv", 11, peer=1 if one_sender else 2, **({"via": wildcard} if follows else {}))
     r1.call("send", 20, peer=0)
     if one_sender:
         r1.call("send", 21, peer=0)
@@ -340,6 +341,18 @@ def test_wildcard_race_predicted_with_its_choice():
     assert witness.causes == ("wildcard",)
     # AND NCCL, which has no wildcard receive, keeps the recorded match
     assert not predict(graph, NCCL).deadlock_possible
+
+
+def test_wildcard_whose_sender_the_program_follows_is_no_race():
+    # GIVEN the race's trace, but the named recv's peer came from the wildcard's sender
+    graph = graph_of(wildcard_race(follows=True))
+    wildcard, named = graph.timelines[0].ops
+    assert (wildcard.via, named.via) == (None, wildcard.id)
+    # WHEN every match is explored under gloo THEN the wildcard keeps its recorded match:
+    # the other order changes the named peer too, which the recording cannot replay
+    assert predict(graph, GLOO).witnesses == ()
+    report = analyze(session(wildcard_race(follows=True)))
+    assert report.verdict == Verdict.OK, report.findings
 
 
 def test_wildcard_race_finding():

@@ -531,3 +531,24 @@ def test_counting_a_thread_never_raises_into_it(tmp_path: Path):
     rec.thread_started()  # a failed write costs the record, never the thread
     rec.thread_ended()
     assert rec.user_threads == 0
+
+
+def test_a_wildcards_sender_carries_its_op_through_peer_arithmetic():
+    from dl2.record.source import SourceRank
+    from dl2.record.source import via_of
+
+    # GIVEN the sender a wildcard recv (op 7) returned
+    first = SourceRank(1, 7)
+    # THEN the peers a program derives from it remember op 7, others do not
+    for peer in (first, 3 - first, (first + 1) % 3, first * 2 - 1, -first, abs(first)):
+        assert via_of(peer) == 7, peer
+    assert via_of(1) is None and via_of(int(first)) is None and via_of([0, 1][first]) is None
+    # AND it is the plain int everywhere the user can see it
+    assert first == 1 and hash(first) == hash(1) and f"{first}/{first!r}/{first:02d}" == "1/1/01"
+    import copy
+    import json
+    import pickle
+
+    assert json.dumps([first]) == "[1]"
+    for clone in (pickle.loads(pickle.dumps(first)), copy.copy(first), copy.deepcopy(first)):
+        assert type(clone) is int and clone == 1

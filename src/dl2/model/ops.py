@@ -93,6 +93,9 @@ class Op:
     keys: tuple[str, ...] | None = None
     #: the thread that issued it (0: unknown): program order holds within a thread
     tid: int = 0
+    #: a P2P op whose peer the program computed from the sender that wildcard receive
+    #: ``via`` (an op id of the same rank) returned
+    via: int | None = None
 
     @property
     def kind(self) -> str:

@@ -124,6 +124,7 @@ class OpState(msgspec.Struct, gc=False):
                 dropped=self.dropped,
                 keys=None,
                 tid=rec.tid,
+                via=rec.via,
             )
         return op
 

@@ -48,6 +48,7 @@ from dl2.record.describe import tensor_desc
 from dl2.record.recorder import PRUNE_AT
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
+from dl2.record.source import via_of
 from dl2.record.stack import capture
 from dl2.record.works import RecordedWork
 from dl2.record.works import work_completed
@@ -55,6 +56,7 @@ from dl2.trace.schema import NO_RANK
 from dl2.trace.schema.encode import json_str
 from dl2.trace.schema.encode import peer_tag_fields
 from dl2.trace.schema.encode import ranks_field
+from dl2.trace.schema.encode import via_field
 
 _getframe = sys._getframe
 _now = time.monotonic_ns
@@ -159,15 +161,20 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             tensors = arg(args, kwargs, 0, "tensors", "arg0")
             anyranks: list[int] | None = None
             peer: int | None
+            fields_via = ""
             if method == "recv_anysource":
                 peer = None
                 tag = int(arg(args, kwargs, 1, "tag", "arg1") or 0)
                 direction = "recv"
                 anyranks = self._dl2_ranks
             else:
-                peer = self._dl2_global(arg(args, kwargs, 1, "dstRank", "srcRank"))
+                named = arg(args, kwargs, 1, "dstRank", "srcRank")
+                peer = self._dl2_global(named)
                 tag = int(arg(args, kwargs, 2, "tag") or 0)
                 direction = method
+                via = via_of(named)
+                if via is not None:  # the peer was chosen from a wildcard's sender
+                    fields_via = via_field(via)
             api, stack, sync = _capture_p2p(frame)
             key = (peer, direction)
             seq = self._dl2_p2p_seq.get(key, 0)
@@ -190,7 +197,7 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
             )
             gate = rec.gate
             deferred = gate is not None and batch is not None and not sync
-            fields = peer_tag_fields(peer, tag) + tensor_desc(tensors)
+            fields = peer_tag_fields(peer, tag) + tensor_desc(tensors) + fields_via
             rec.enc.op(  # type: ignore[union-attr]
                 oid, _now(), tid, self._dl2_gid, self._dl2_gid_json, seq, direction, api,
                 fields, not sync, stack, batch, eager is not None, deferred, peer, tag,

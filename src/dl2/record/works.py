@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
+from dl2.record.source import SourceRank
 from dl2.record.stack import user_stack_id
 
 _getframe = sys._getframe
@@ -68,7 +69,8 @@ class ForwardingWork(dist.Work):  # type: ignore[misc]
         return int(self._dl2_work.source_rank())
 
     def _source_rank(self) -> int:
-        return int(self._dl2_work._source_rank())
+        rank = self._dl2_work._source_rank()
+        return rank if isinstance(rank, int) else int(rank)  # a SourceRank stays one
 
     def get_future_result(self) -> Any:
         return self._dl2_work.get_future_result()
@@ -198,6 +200,19 @@ class RecordedWork(ForwardingWork):
             return bool(ok)
         rec.ret_later(wid, source_of(inner, anyranks) if anyranks is not None else None)
         return bool(ok)
+
+    def _source_rank(self) -> int:
+        """The sender's group rank, as a :class:`~dl2.record.source.SourceRank` for a
+        wildcard receive (what ``dist.recv(src=None)`` returns on the world group)."""
+        rank = int(self._dl2_work._source_rank())
+        if self._dl2_anyranks is None:
+            return rank
+        try:
+            return SourceRank(rank, self._dl2_oid)
+        except Exception:
+            return rank
+
+    source_rank = _source_rank
 
     def is_completed(self) -> bool:
         completed = bool(self._dl2_work.is_completed())

@@ -49,11 +49,12 @@ class Program:
             complete (-1: never, a member with a trace never issued it).
         slot_missing: slot id -> members that never issued it.
         batches: the batches, each a tuple of the ops of one rank sharing a batch id.
-        pinned: wildcard receives whose rank's next send or receive names the sender
-            recorded for it: the program most likely uses the matched source
-            (``src = recv(); send(dst=src)``), so another match would change what the
-            rank does next, which the recording cannot tell.  They keep their recorded
-            sender.
+        pinned: wildcard receives whose returned sender a later op of their rank took
+            its peer from (``Op.via``: ``src = recv(); send(dst=src)``, ``recv(src=3 -
+            first)``), or, in traces without ``via``, whose rank's next send or receive
+            names the sender recorded for it: the program follows the matched source,
+            so another match would change what the rank does next, which the recording
+            cannot tell.  They keep their recorded sender.
         steps: rank -> its program: (is_wait, u) in order.
         closed: ranks whose trace ends with a clean ``end`` record (they will do nothing
             more); every other rank (still running, crashed, or without a trace) might.
@@ -148,8 +149,13 @@ def build_program(graph: ExecutionGraph) -> Program:
             batches[(op.rank, op.batch)].append(u)
 
     pinned: dict[int, int] = {}
+    # (rank, op id) of the wildcards whose returned sender a later op's peer came from
+    followed = {(op.rank, op.via) for op in ops if op.via is not None}
     for u, op in enumerate(ops):
         if kind[u] != RECV or op.peer is not None or op.src is None:
+            continue
+        if (op.rank, op.id) in followed:
+            pinned[u] = op.src
             continue
         j = u - first[op.rank] + 1  # the op's place in its timeline, plus one
         later = graph.timelines[op.rank].ops[j : j + _PIN_LOOKAHEAD]

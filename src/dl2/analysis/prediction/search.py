@@ -30,16 +30,19 @@ Soundness
     unknown), the recorded run must not deadlock, or nothing is predicted (``note`` says
     why).  A program that does not depend on send buffering, on batch boundaries or on
     which sender a wildcard receive meets therefore stays clean under every
-    configuration.  A wildcard whose rank next sends to or receives from the recorded
-    sender is kept at its recorded match (``Program.pinned``): such code usually uses
-    the matched source (``src = recv(); send(dst=src)``), which a replay of the
-    recorded op sequence cannot follow.
+    configuration.  A wildcard whose returned sender the program used as a later peer
+    (the recorder follows it through integer arithmetic: ``Op.via``), or, in older
+    traces, whose rank next sends to or receives from the recorded sender, is kept at
+    its recorded match (``Program.pinned``): the program follows the matched source
+    (``src = recv(); send(dst=src)``), which a replay of the recorded op sequence
+    cannot.
 
 Known gaps
     The op sequence of each rank is assumed not to depend on the configuration: a program
     that branches on received data, or on the matched source in a way the pinning above
-    does not catch, is replayed as recorded (``recv(any); recv(from 2)`` and
-    ``src = recv(any); recv(from 3 - src)`` leave the same trace; both are reported).
+    does not catch (a sender looked up in a table, ``peers[src]``; a wildcard on a
+    subgroup, whose sender torch translates through a dict, or an ``irecv`` whose work's
+    sender the program never asks), is replayed as recorded.
     Ops of several threads of one rank are taken in file order.  Several outstanding
     eager sends to one peer do not share one buffer.  NCCL's stream order inside a
     communicator and the separate communicators of batched and single P2P ops are not

@@ -31,6 +31,9 @@ Typed records (what a reader gives back, whatever the wire form; times ``t`` are
                api     the torch.distributed function the user called (all_gather_object,
                        batch_isend_irecv, ...) or null when issued from C++ (DDP)
                peer    P2P: global rank of the other side; null for a wildcard recv
+               via     P2P, optional: the id of the wildcard recv whose returned sender
+                       this op's peer was computed from (``dst=src``, ``src=3 - first``):
+                       the program follows whichever sender that recv matched
                root    broadcast/reduce/gather/scatter: global rank of the root
                tag     P2P tag;  redop: "sum", "max", ...;  dtype: "float32", ...
                count   elements of the input (per rank; summed over the tensors of list

@@ -164,6 +164,9 @@ class OpRecord(_Record, tag="op", frozen=True):
     splits: tuple[tuple[int, ...], ...] | None = None
     ranks: tuple[int, ...] | None = None
     timeout: float | None = None
+    #: a P2P op whose peer the program derived from the sender wildcard receive ``via``
+    #: returned (format 2.x, written since dl2 0.x: older traces never have it)
+    via: int | None = None
     is_async: bool = msgspec.field(default=False, name="async")
     batch: int | None = None
     eager: bool = False

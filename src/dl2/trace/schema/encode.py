@@ -189,6 +189,11 @@ def peer_tag_fields(peer: int | None, tag: int) -> str:
     return f',"peer":{_opt(peer)},"tag":{tag}'
 
 
+def via_field(op_id: int) -> str:
+    """A P2P op's peer was derived from the sender wildcard receive ``op_id`` returned."""
+    return f',"via":{op_id}'
+
+
 def splits_field(splits: Sequence[Sequence[int]]) -> str:
     return f',"splits":{_ints(splits)}'
 
@@ -237,10 +242,13 @@ def op_fields(
     splits: Sequence[Sequence[int]] | None = None,
     ranks: Sequence[int] | None = None,
     timeout: float | None = None,
+    via: int | None = None,
 ) -> str:
     """An op's own fields in wire order; those left None are not written (a P2P op
     has both peer and tag, a wildcard recv's peer is null)."""
     p2p = peer_tag_fields(peer, tag or 0) if peer is not None or tag is not None else ""
+    if via is not None:
+        p2p += via_field(via)
     fields: tuple[tuple[Any, Callable[[Any], str]], ...] = (
         (root, root_field),
         (redop, redop_field),

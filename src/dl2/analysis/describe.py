@@ -9,6 +9,7 @@ from dl2.model.ops import Op
 from dl2.ranks import ranks_phrase
 from dl2.report import op_ref as op_ref  # re-exported: the analyses' import
 from dl2.report import store_call
+from dl2.trace.schema import NO_RANK
 from dl2.trace.schema.decode import report_frame
 
 
@@ -24,9 +25,12 @@ def phrase(op: Op) -> str:
         return store_call(op.op, op.signature)
     name = op.api if op.api and op.api not in ("isend", "irecv", "send", "recv") else op.op
     if op.op == "send":
-        return f"{name} to rank {op.peer}" + (f" (tag {op.tag})" if op.tag else "")
+        target = "no rank of its group" if op.peer == NO_RANK else f"rank {op.peer}"
+        return f"{name} to {target}" + (f" (tag {op.tag})" if op.tag else "")
     if op.op == "recv":
         source = "any rank" if op.peer is None else f"rank {op.peer}"
+        if op.peer == NO_RANK:
+            source = "no rank of its group"
         return f"{name} from {source}" + (f" (tag {op.tag})" if op.tag else "")
     if op.op == "create_group":
         return f"new_group(ranks={list(op.ranks or ())})"

@@ -30,6 +30,7 @@ from dl2.report import RankState
 from dl2.report import Report
 from dl2.report import Verdict
 from dl2.report import store_call
+from dl2.trace.schema import NO_RANK
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -107,9 +108,9 @@ def op_label(op: OpRef) -> str:
     if op.op.startswith("store_"):
         return store_call(op.op, op.detail)
     if op.op in SEND_OPS:
-        return f"{op.op}→{_peer(op.peer)}"
+        return f"{op.op}→{peer_label(op.peer)}"
     if op.op in RECV_OPS:
-        return f"{op.op}←{_peer(op.peer)}"
+        return f"{op.op}←{peer_label(op.peer)}"
     where = f"group {op.group}" if op.seq is None else f"group {op.group} #{op.seq}"
     if op.peer is not None:
         where += f", root {op.peer}"
@@ -186,8 +187,13 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _peer(peer: int | None) -> str:
-    return "any" if peer is None else str(peer)
+def peer_label(peer: int | None) -> str:
+    """A P2P op's peer as its arrow shows it: ``any`` for a wildcard receive, ``(no
+    rank)`` for a peer outside its group (``NO_RANK``), else the global rank."""
+    if peer is None:
+        return "any"
+    return "(no rank)" if peer == NO_RANK else str(peer)
+
 
 
 def _by_rank(states: Iterable[RankState]) -> dict[int, RankState]:

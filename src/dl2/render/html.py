@@ -43,6 +43,7 @@ from dl2.render.console import cycle_line
 from dl2.render.console import headline
 from dl2.render.console import merged_ops
 from dl2.render.console import op_label
+from dl2.render.console import peer_label
 from dl2.report import Finding
 from dl2.report import FindingKind
 from dl2.report import OpRef
@@ -603,9 +604,9 @@ def _edge_label(op: OpRef | None) -> tuple[str, ...]:
         return ("various ops",)
     name = op.op
     if op.op in SEND_OPS:
-        name += f"→{'any' if op.peer is None else op.peer}"
+        name += f"→{peer_label(op.peer)}"
     elif op.op in RECV_OPS:
-        name += f"←{'any' if op.peer is None else op.peer}"
+        name += f"←{peer_label(op.peer)}"
     if op.op.startswith("store_"):
         first = _clip(op_label(op))
     else:
@@ -880,9 +881,9 @@ def _short_label(ref: OpRef) -> str:
     if ref.op.startswith("store_"):
         return _clip(op_label(ref), 22)
     if ref.op in SEND_OPS:
-        return f"{ref.op}→{'any' if ref.peer is None else ref.peer}"
+        return f"{ref.op}→{peer_label(ref.peer)}"
     if ref.op in RECV_OPS:
-        return f"{ref.op}←{'any' if ref.peer is None else ref.peer}"
+        return f"{ref.op}←{peer_label(ref.peer)}"
     seq = "" if ref.seq is None else f" #{ref.seq}"
     return _clip(f"{ref.op}{seq}", 22)
 

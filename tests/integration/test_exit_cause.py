@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+from test_online import _free_port
 from test_online import dl2_run
 
 CASES = Path(__file__).resolve().parents[2] / "benchmarks" / "cases"
@@ -40,3 +41,26 @@ def test_the_exception_that_ended_a_rank_is_named_with_its_line(
         re.match(r"rank 1's program ended with an uncaught ValueError", w)
         for w in report["warnings"]
     ), run.output
+
+
+SPAWN_CASE = Path(__file__).resolve().parent / "record_cases" / "case_spawn_raises.py"
+
+
+@pytest.mark.timeout(150)
+def test_the_exception_of_a_spawn_worker_is_named_with_its_line(
+    dl2_bin: Path, tmp_path: Path
+) -> None:
+    # GIVEN mp.spawn workers, one of which raises: torch catches the exception in the
+    # worker and exits with status 1, so Python never sees it uncaught
+    port = str(_free_port())
+    python = str(dl2_bin.parent / "python")
+    run = dl2_run(
+        dl2_bin, tmp_path / "run", ["--hang-timeout", "30", "--", python, str(SPAWN_CASE), port]
+    )
+    # THEN the findings still quote the exception and the line that raised it
+    raised = next(
+        i for i, s in enumerate(SPAWN_CASE.read_text().splitlines(), 1) if "mark: raise" in s
+    )
+    cause = f"ValueError: shard 1 is corrupt, raised at {SPAWN_CASE.name}:{raised}"
+    messages = [f["message"] for f in run.report["findings"]]
+    assert any(cause in m for m in messages), run.output

@@ -106,6 +106,7 @@ def install(run_dir: str | None = None) -> bool:
         _register_backend(dist)
         _patch(state, dist)
         _patch_threads(state)
+        _patch_spawn(state)
         _INSTALLED = state
         _recorder_mod.RECORDER = rec
         _register_process_hooks()
@@ -475,11 +476,48 @@ def _at_exit() -> None:
 def _uncaught() -> BaseException | None:
     """The exception that ended the program, if one did: Python sets ``sys.last_exc``
     (3.12) and ``sys.last_value`` when it prints an uncaught exception, before the exit
-    hooks run.  ``SystemExit`` is an exit, not a failure."""
-    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    hooks run; in a ``torch.multiprocessing.spawn`` worker, which catches it and exits
+    with status 1, :func:`_patch_spawn` keeps it.  ``SystemExit`` is an exit, not a
+    failure."""
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None) or _SPAWN_RAISED
     if not isinstance(exc, BaseException) or isinstance(exc, SystemExit):
         return None
     return exc
+
+
+# The exception a torch.multiprocessing.spawn worker's function raised (see _patch_spawn).
+_SPAWN_RAISED: BaseException | None = None
+
+
+def _patch_spawn(state: _Installed) -> None:
+    """Keep the exception of a ``torch.multiprocessing.spawn`` worker's function.
+
+    torch runs the function in its ``_wrap``, which catches an exception, hands the
+    parent its traceback and exits with status 1: Python never sees it uncaught.  The
+    child looks ``_wrap`` up by name when it unpickles its process object, after torch
+    (and so this install) was imported, and gets this wrapper.
+    """
+    module = sys.modules.get("torch.multiprocessing.spawn")
+    original = getattr(module, "_wrap", None)
+    if original is None or getattr(original, "_dl2_wrapped", False):
+        return
+
+    @functools.wraps(original)
+    def _wrap(fn: Any, *rest: Any) -> Any:
+        return original(functools.partial(_keeping_raised, fn), *rest)
+
+    _wrap._dl2_wrapped = True  # type: ignore[attr-defined]
+    state.patch(module, "_wrap", _wrap)
+
+
+def _keeping_raised(fn: Any, *args: Any) -> Any:
+    """Call a spawn worker's function, keeping the exception it raises."""
+    global _SPAWN_RAISED
+    try:
+        return fn(*args)
+    except Exception as exc:
+        _SPAWN_RAISED = exc
+        raise
 
 
 def _drain_seconds() -> float:

@@ -64,3 +64,28 @@ def test_the_exception_of_a_spawn_worker_is_named_with_its_line(
     cause = f"ValueError: shard 1 is corrupt, raised at {SPAWN_CASE.name}:{raised}"
     messages = [f["message"] for f in run.report["findings"]]
     assert any(cause in m for m in messages), run.output
+
+
+FORK_CASE = Path(__file__).resolve().parent / "record_cases" / "case_fork_procs.py"
+
+
+@pytest.mark.timeout(200)
+def test_forked_workers_that_exit_without_destroy_end_cleanly_or_with_their_exception(
+    dl2_bin: Path, tmp_path: Path
+) -> None:
+    # GIVEN multiprocessing.Process workers (fork): a forked child ends with os._exit,
+    # which runs no exit hook, and they never call destroy_process_group
+    python = str(dl2_bin.parent / "python")
+    ok = dl2_run(dl2_bin, tmp_path / "ok", ["--", python, str(FORK_CASE), str(_free_port()), "ok"])
+    # THEN a correct job is ok, not a job "stopped from outside"
+    assert ok.returncode == 0 and ok.report["verdict"] == "ok", ok.output
+    # AND a worker that raises is named with its exception and line
+    failed = dl2_run(
+        dl2_bin, tmp_path / "raise", ["--", python, str(FORK_CASE), str(_free_port()), "raise"]
+    )
+    raised = next(
+        i for i, s in enumerate(FORK_CASE.read_text().splitlines(), 1) if "mark: raise" in s
+    )
+    cause = f"ValueError: shard 1 is corrupt, raised at {FORK_CASE.name}:{raised}"
+    assert failed.report["verdict"] == "defect", failed.output
+    assert any(cause in f["message"] for f in failed.report["findings"]), failed.output

@@ -459,7 +459,7 @@ def runs_user_code(thread: threading.Thread) -> bool:
     return code is not None and classify_file(code.co_filename) == USER
 
 
-def _at_exit() -> None:
+def _at_exit(exc: BaseException | None = None) -> None:
     state = _INSTALLED
     if state is None:
         return
@@ -467,8 +467,29 @@ def _at_exit() -> None:
         rec = state.recorder
         if rec.watchdog is not None:
             rec.watchdog.stop()
-        rec.end("exit", _uncaught())
+        rec.end("exit", exc or _uncaught())
         rec.drain_eager(_drain_seconds())
+    except Exception:
+        pass
+
+
+def _at_process_exit() -> None:
+    """The exit of a ``multiprocessing`` child (a finaliser its ``_bootstrap`` runs
+    after the target returned or raised): a forked child then ends with ``os._exit``,
+    which runs no exit hook, so without this its trace would end as if it were killed.
+    An exception still in flight (``sys.exc_info`` inside that ``finally``) is the one
+    that ended it."""
+    exc = sys.exc_info()[1]
+    _at_exit(None if isinstance(exc, (SystemExit, KeyboardInterrupt)) else exc)
+
+
+def _in_process_child(recorder: Recorder) -> None:
+    """Run in a ``multiprocessing`` child by its ``_bootstrap``, after the registry of
+    exit finalisers was cleared: register :func:`_at_process_exit` there."""
+    try:
+        import multiprocessing.util as mp_util
+
+        mp_util.Finalize(None, _at_process_exit, exitpriority=0)
     except Exception:
         pass
 
@@ -540,6 +561,12 @@ def _register_process_hooks() -> None:
     global _AT_EXIT_REGISTERED, _FORK_HOOK_REGISTERED
     if not _AT_EXIT_REGISTERED:
         atexit.register(_at_exit)
+        try:
+            import multiprocessing.util as mp_util
+
+            mp_util.register_after_fork(_INSTALLED.recorder, _in_process_child)  # type: ignore[union-attr]
+        except Exception:
+            pass
         _AT_EXIT_REGISTERED = True
     if not _FORK_HOOK_REGISTERED and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)

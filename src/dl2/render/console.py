@@ -195,7 +195,6 @@ def peer_label(peer: int | None) -> str:
     return "(no rank)" if peer == NO_RANK else str(peer)
 
 
-
 def _by_rank(states: Iterable[RankState]) -> dict[int, RankState]:
     return {s.rank: s for s in states}
 

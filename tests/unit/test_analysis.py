@@ -9,6 +9,7 @@ from dl2.analysis import analyze
 from dl2.report import FindingKind
 from dl2.report import Verdict
 from dl2.trace.schema import NO_RANK
+from dl2.trace.session import ALIVE
 from dl2.trace.session import EXITED
 from dl2.trace.session import FAILED
 from dl2.trace.session import Session
@@ -263,6 +264,37 @@ def test_a_call_that_failed_because_its_peer_left_is_no_failed_call():
     r0.ret(r0.issue("recv", 13, peer=1, returned=False), "RuntimeError: Connection closed by peer")
     report = analyze(session([r0, r1], states={0: FAILED, 1: FAILED}))
     assert not any(f.kind is FindingKind.FAILED_CALL for f in report.findings)
+
+
+def test_a_call_that_timed_out_waiting_on_a_slow_rank_is_a_hang_naming_that_rank():
+    # GIVEN rank 0's all_reduce #1 raised on the group's 5 s timeout while rank 1, alive,
+    # was running Python code at line 18 (its watchdog's last state)
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 16)
+    timed_out = "RuntimeError: Timed out waiting 5000ms for recv operation to complete"
+    r0.wait(r0.issue("all_reduce", 19), err=timed_out)
+    r1.call("all_reduce", 16)
+    r1.state([], "python", [("train.py", 18, "main")])
+    report = analyze(session([r0, r1], states={0: FAILED, 1: ALIVE}))
+    # THEN it hung: the timeout ended it, on rank 1, which never issued the all_reduce
+    assert report.verdict is Verdict.HANG, report.findings
+    hang = next(f for f in report.findings if f.kind is FindingKind.HANG)
+    assert hang.ranks == (0, 1) and [o.line for o in hang.ops] == [19]
+    assert "timed out waiting on rank 1 (running Python code at train.py:18 in main)" in (
+        hang.message
+    )
+    assert "Timed out waiting 5000ms" in hang.message
+    assert not any(f.kind is FindingKind.FAILED_CALL for f in report.findings)
+
+
+def test_a_call_that_timed_out_after_its_peer_issued_it_too_is_no_hang():
+    # GIVEN both ranks issued the all_reduce; rank 0's raised on its timeout anyway
+    r0, r1 = ranks(2)
+    r0.wait(r0.issue("all_reduce", 19), err="RuntimeError: Timed out waiting 5000ms")
+    r1.call("all_reduce", 19, complete=False)
+    report = analyze(session([r0, r1], states={0: FAILED, 1: ALIVE}))
+    # THEN nothing says rank 1 never issued it
+    assert not any(f.kind is FindingKind.HANG for f in report.findings), report.findings
 
 
 def test_rank_exiting_early_orphans_the_waiter():

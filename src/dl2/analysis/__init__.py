@@ -23,6 +23,7 @@ from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import rank_list
 from dl2.analysis.ending import cut_off_ranks
 from dl2.analysis.ending import hang_findings
+from dl2.analysis.ending import timeout_findings
 from dl2.analysis.hazards import order_inversion_findings
 from dl2.analysis.matching import collective_findings
 from dl2.analysis.matching import group_findings
@@ -91,6 +92,7 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
         c.graph, c.wait_for, c.session.ending, c.ended_outside, c.quiet
     ),
     "failed-ops": lambda c: failed_op_findings(c.graph, c.wait_for),
+    "timeouts": lambda c: timeout_findings(c.graph, c.wait_for),
     "collectives": lambda c: collective_findings(c.graph, c.wait_for, c.job_ended),
     "groups": lambda c: group_findings(c.graph),
     "nonmember": lambda c: nonmember_findings(c.graph),

@@ -27,9 +27,11 @@ from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
 from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.ops import Op
 from dl2.model.stuck import RankStatus
 from dl2.model.stuck import strongly_connected_components
 from dl2.model.wait_for import WaitForGraph
+from dl2.model.wait_for import clause_for
 from dl2.model.wait_for import other_threads
 from dl2.report import Finding
 from dl2.report import FindingKind
@@ -198,6 +200,64 @@ def hang_findings(
         )
     if ending == "hang-timeout" and not findings:
         findings.extend(_rewait_findings(graph))
+    return findings
+
+
+#: what torch and gloo say when a call ran past its timeout (gloo: "Timed out waiting
+#: 5000ms for recv operation to complete"; a Work's wait(timeout)).
+_TIMEOUT_ERRORS = ("timed out", "timeout", "timing out")
+
+
+def timeout_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
+    """Calls that raised when their timeout (the process group's, ``timeout=`` of
+    ``init_process_group``, or a wait's) ran out while ranks they needed had not issued
+    the matching operation: the job hung, and the timeout ended it.  One finding per
+    group of ranks waited on, naming where those ranks were."""
+    groups: dict[tuple[int, ...], list[Op]] = {}
+    for rank in sorted(graph.timelines):
+        if rank in wfg.deadlocked:
+            continue
+        for op in graph.failed_ops(rank):
+            lowered = (op.error or "").lower()
+            if op.completed or not any(text in lowered for text in _TIMEOUT_ERRORS):
+                continue
+            clause = clause_for(graph, op)
+            if clause is None or clause.reason == "mismatch":
+                break  # matched in the end (late, not missing), or the mismatch says it
+            waited = tuple(t for t in clause.targets if not wfg.status(t).gone)
+            if waited:
+                groups.setdefault(waited, []).append(op)
+            break
+    findings = []
+    for roots, ops in groups.items():
+        parts = [f"rank {o.rank}'s {phrase(o)} ({where(o)})" for o in ops[:3]]
+        if len(ops) > 3:
+            parts.append(f"{len(ops) - 3} more")
+        listed = "; ".join(parts)
+        waited = "; ".join(_root_text(graph, wfg, r) for r in roots[:3])
+        if len(roots) > 3:
+            waited += f" and {len(roots) - 3} more"
+        first = ops[0]
+        findings.append(
+            Finding(
+                kind=FindingKind.HANG,
+                ranks=tuple(sorted({*(o.rank for o in ops), *roots})),
+                ops=tuple(op_ref(o) for o in ops),
+                message=(
+                    f"{listed[0].upper()}{listed[1:]} timed out waiting on {waited}, which had not "
+                    f"issued the matching operation: {first.error}"
+                ),
+                hint=(
+                    f"Look at what {rank_list(list(roots))} was doing at that line: a rank "
+                    "that never reaches the call leaves its peers blocked until the timeout; "
+                    "a rank that is only slow there (loading data, saving a checkpoint) "
+                    "needs a longer timeout (init_process_group(timeout=...)) or the slow "
+                    "work moved out of the step."
+                ),
+                group=first.gid,
+                summary=f"{phrase(first)} ({where(first)}) timed out waiting on {waited}",
+            )
+        )
     return findings
 
 

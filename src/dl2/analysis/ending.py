@@ -224,9 +224,9 @@ def timeout_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
             clause = clause_for(graph, op)
             if clause is None or clause.reason == "mismatch":
                 break  # matched in the end (late, not missing), or the mismatch says it
-            waited = tuple(t for t in clause.targets if not wfg.status(t).gone)
-            if waited:
-                groups.setdefault(waited, []).append(op)
+            alive = tuple(t for t in clause.targets if not wfg.status(t).gone)
+            if alive:
+                groups.setdefault(alive, []).append(op)
             break
     findings = []
     for roots, ops in groups.items():

@@ -25,6 +25,7 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.report import FindingKind
 from dl2.report import Verdict
+from dl2.trace.session import build_session
 from dl2.units import format_size
 from dl2.units import parse_size
 from trace_builders import RankBuilder
@@ -353,6 +354,29 @@ def test_wildcard_whose_sender_the_program_follows_is_no_race():
     assert predict(graph, GLOO).witnesses == ()
     report = analyze(session(wildcard_race(follows=True)))
     assert report.verdict == Verdict.OK, report.findings
+
+
+def test_a_named_peer_that_happens_to_be_the_recorded_sender_is_still_a_race():
+    # GIVEN rank 0: recv(any), then a send to rank 1 *hard-coded* (no via), in traces
+    # whose recorder marks the peers it derived from a wildcard (header follows)
+    def job() -> list[RankBuilder]:
+        r0, r1, r2 = ranks(3)
+        wildcard = r0.issue("recv", 10, peer=None)
+        r0.wait(wildcard, src=1)
+        r0.call("send", 11, peer=1)
+        r0.call("recv", 12, peer=None)
+        r1.call("send", 20, peer=0)
+        r1.call("recv", 21, peer=0)
+        r2.call("send", 30, peer=0)
+        return ended([r0, r1, r2])
+
+    followed = build_session([b.trace(follows=True) for b in job()], {})
+    old = build_session([b.trace() for b in job()], {})
+    # THEN only the old traces read the send to the recorded sender as a reply (pinned);
+    # the marked ones explore rank 2's message first: rank 0 then sends to rank 1, which
+    # is still in its own send to rank 0
+    assert predict(build_execution_graph(old), GLOO).witnesses == ()
+    assert predict(build_execution_graph(followed), GLOO).witnesses != ()
 
 
 def test_wildcard_race_finding():

@@ -188,6 +188,13 @@ class ExecutionGraph:
         return self._model.op_count()
 
     @cached_property
+    def follows_peers(self) -> bool:
+        """Every trace marks the P2P ops whose peer came from a wildcard receive's
+        sender (``Op.via``); in older traces such ops look like any other."""
+        self.check()
+        return self._model.follows_peers()
+
+    @cached_property
     def resumed(self) -> frozenset[int]:
         self.check()
         return self._model.resumed()

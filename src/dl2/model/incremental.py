@@ -204,6 +204,12 @@ class Model:
             total += rank_model.n_ops if rank_model is not None else 0
         return total
 
+    def follows_peers(self) -> bool:
+        """Whether every rank's trace marks the peers that came from a wildcard's
+        sender (``Header.follows``, written by recorders that write ``via``)."""
+        files = self._files
+        return all(files[key].header.follows for key in self._ranks.values())
+
     def resumed(self) -> frozenset[int]:
         """The ranks whose trace starts at a checkpoint."""
         return frozenset(r for r in self._ranks if (m := self.rank_model(r)) and m.resumed)

@@ -119,6 +119,7 @@ class TraceWriter:
             emulate=emulate,
             segment=segment,
             retain=(self.segment_bytes, self.keep),
+            follows=True,
         )
 
     def open_segment(self, segment: int, prologue: str) -> None:

@@ -51,8 +51,9 @@ class Program:
         batches: the batches, each a tuple of the ops of one rank sharing a batch id.
         pinned: wildcard receives whose returned sender a later op of their rank took
             its peer from (``Op.via``: ``src = recv(); send(dst=src)``, ``recv(src=3 -
-            first)``), or, in traces without ``via``, whose rank's next send or receive
-            names the sender recorded for it: the program follows the matched source,
+            first)``), or, in older traces that do not mark such ops (no
+            ``Header.follows``), whose rank's next send or receive names the sender
+            recorded for it: the program follows the matched source,
             so another match would change what the rank does next, which the recording
             cannot tell.  They keep their recorded sender.
         steps: rank -> its program: (is_wait, u) in order.
@@ -94,6 +95,10 @@ class Program:
             for u, ch in enumerate(self.channel)
             if ch is not None and self.kind[u] == RECV and ch[1] == WILD
         )
+
+
+#: the default group's name: a wildcard on it hands its sender to the program as is
+_DEFAULT_GROUP = "0"
 
 
 def build_program(graph: ExecutionGraph) -> Program:
@@ -156,6 +161,10 @@ def build_program(graph: ExecutionGraph) -> Program:
             continue
         if (op.rank, op.id) in followed:
             pinned[u] = op.src
+            continue
+        if graph.follows_peers and op.gid == _DEFAULT_GROUP:
+            # no later peer came from its sender: the program names its own (on a
+            # subgroup torch hands the sender back through a dict, which drops the mark)
             continue
         j = u - first[op.rank] + 1  # the op's place in its timeline, plus one
         later = graph.timelines[op.rank].ops[j : j + _PIN_LOOKAHEAD]

@@ -138,6 +138,8 @@ object::
              "fused_batches": each batch_isend_irecv launched as one unit}
     retain  {"segment_bytes": a new segment after this many bytes,
              "keep": segments kept, the oldest deleted (0: all)}
+    follows true when the writer marks with ``via`` every P2P op whose peer came from a
+            wildcard receive's returned sender (absent: such ops are not told apart)
 
 Every later line is a JSON array whose first element names its kind.  Lines depend on
 the lines before them in the same segment, so a reader goes through a segment in order

@@ -99,6 +99,9 @@ class Header(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k",
     emulate: Emulation | None = None
     segment: int = 0
     retain: Retention | None = None
+    #: the recorder marks a P2P op whose peer came from a wildcard receive's returned
+    #: sender (the op's ``via``): an op without one named its peer otherwise
+    follows: bool = False
 
 
 _ANY = msgspec.json.Decoder()

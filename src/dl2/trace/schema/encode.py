@@ -124,10 +124,12 @@ def header_line(
     emulate: tuple[int, bool] | None = None,
     segment: int = 0,
     retain: tuple[int, int] | None = None,
+    follows: bool = False,
 ) -> str:
     """The header line of a segment; ``emulate`` is ``(eager_bytes, fused_batches)``,
-    ``retain`` is ``(segment_bytes, keep)``.  Optional fields left None are not
-    written."""
+    ``retain`` is ``(segment_bytes, keep)``; ``follows``: P2P ops carry ``via`` (see
+    :class:`~dl2.trace.schema.decode.Header`).  Optional fields left None (or False)
+    are not written."""
     record: dict[str, Any] = {
         "k": "header",
         "magic": MAGIC,
@@ -147,6 +149,8 @@ def header_line(
         record["backend"] = backend
     if argv is not None:
         record["argv"] = list(argv)
+    if follows:
+        record["follows"] = True
     if emulate is not None:
         record["emulate"] = {"eager_bytes": emulate[0], "fused_batches": emulate[1]}
     if retain is not None:

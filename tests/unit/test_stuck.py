@@ -307,11 +307,16 @@ def test_rank_status_values_are_what_reports_show() -> None:
         "running",
         "exited",
         "failed",
+        "killed",
         "no-trace",
     ]
     assert f"rank 2 {RankStatus.EXITED}" == "rank 2 exited"
     assert json.dumps({"status": RankStatus.NO_TRACE}) == '{"status": "no-trace"}'
-    assert {s for s in RankStatus if s.gone} == {RankStatus.EXITED, RankStatus.FAILED}
+    assert {s for s in RankStatus if s.gone} == {
+        RankStatus.EXITED,
+        RankStatus.FAILED,
+        RankStatus.KILLED,
+    }
     assert {s for s in RankStatus if s.can_progress} == {
         RankStatus.RUNNING,
         RankStatus.SPINNING,

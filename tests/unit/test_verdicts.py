@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from dl2.analysis import analyze
 from dl2.analysis.ending import HANG_AFTER_S
+from dl2.render.console import headline
 from dl2.report import FindingKind
 from dl2.report import Verdict
 from dl2.trace.session import ALIVE
@@ -62,6 +63,28 @@ def test_a_rank_that_crashed_alone_is_a_failure_not_a_hang():
     builders[1].end()
     raised = analyze(_ended(session(builders, states={0: FAILED, 1: FAILED}), "finished"))
     assert raised.verdict is not Verdict.HANG
+
+
+def test_a_rank_killed_by_a_signal_mid_job_is_named_as_the_cause_at_any_world_size():
+    # GIVEN rank 1 killed by a signal (SIGKILL: the OOM killer) before its all_reduce #1;
+    # every other rank's all_reduce then failed ("Connection closed") and it exited
+    for world in (2, 3, 4):
+        builders = ranks(world)
+        for r in builders:
+            r.call("all_reduce", 5)
+        for r in builders:
+            if r.rank != 1:
+                r.wait(r.issue("all_reduce", 9), err="RuntimeError: Connection closed by peer")
+                r.end(err="RuntimeError: Connection closed by peer", line=9)
+        states = {r.rank: FAILED for r in builders} | {1: KILLED}
+        report = analyze(_ended(session(builders, states=states), "finished"))
+        # THEN the job failed (no communication defect of the program), because of rank 1
+        assert report.verdict is Verdict.JOB_FAILED, (world, report.findings)
+        assert [s.rank for s in report.ranks if s.status.value == "killed"] == [1]
+        assert headline(report).startswith("JOB FAILED: rank 1 was killed by a signal")
+        missing = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISSING)
+        assert "killed by a signal" in missing.message and "out-of-memory" in missing.hint
+        assert "rank 1 was killed by a signal" in report.findings[0].message
 
 
 def test_dl2s_hang_timeout_is_a_hang_at_once_and_a_users_interrupt_after_a_while():

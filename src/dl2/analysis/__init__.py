@@ -153,9 +153,12 @@ def _verdict(
     # threads abort now and then when a peer's op is still open) has still left.
     if any(
         f.kind in (FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING)
-        # the ranks that left, not the waiter (the first op's rank)
+        # the ranks that left, not those whose ops the finding names (the waiters: with
+        # three ranks or more, a waiter that raised and exited is not the one that left)
         and any(
-            wfg.status(r) is RankStatus.EXITED or r in left for r in f.ranks if r != f.ops[0].rank
+            wfg.status(r) is RankStatus.EXITED or r in left
+            for r in f.ranks
+            if r not in {o.rank for o in f.ops}
         )
         for f in findings
     ):
@@ -253,7 +256,7 @@ def analyze(
     findings: list[Finding] = []
     for analysis in ANALYSES.values():
         findings.extend(analysis(context))
-    any_failed = RankStatus.FAILED in statuses
+    any_failed = RankStatus.FAILED in statuses or RankStatus.KILLED in statuses
     if any_failed and not findings:
         findings.extend(failed_call_findings(graph))
     warnings = list(session.warnings) + context.notes

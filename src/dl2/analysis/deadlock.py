@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import replace
 
+from dl2.analysis.describe import KILLED_HINT
 from dl2.analysis.describe import exit_cause
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
@@ -120,7 +121,12 @@ def _gone_states(graph: ExecutionGraph, wfg: WaitForGraph, gone: Sequence[int]) 
     """``rank 1 failed (ValueError: ..., raised at data.py:6 in load); rank 2 exited``."""
     causes = [exit_cause(graph, rank) for rank in gone]
     parts = [
-        f"rank {rank} {wfg.status(rank)}" + (f" ({cause})" if cause else "")
+        (
+            f"rank {rank} was killed by a signal"
+            if wfg.status(rank) is RankStatus.KILLED
+            else f"rank {rank} {wfg.status(rank)}"
+        )
+        + (f" ({cause})" if cause else "")
         for rank, cause in zip(gone, causes, strict=True)
     ]
     return ("; " if any(causes) else ", ").join(parts)
@@ -355,7 +361,9 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
                         f"Rank {rank}'s {phrase(op)} ({where(op)}) failed because "
                         f"{rank_list(gone)} will never take part ({states}): {op.error}"
                     ),
-                    hint=_ORPHAN_HINT + (_DDP_HINT if op.api is None else ""),
+                    hint=KILLED_HINT
+                    if all(wfg.status(r) is RankStatus.KILLED for r in gone)
+                    else _ORPHAN_HINT + (_DDP_HINT if op.api is None else ""),
                     group=op.gid,
                 )
             )

@@ -12,6 +12,13 @@ from dl2.report import store_call
 from dl2.trace.schema import NO_RANK
 from dl2.trace.schema.decode import report_frame
 
+#: the fix hint of peers' failures whose cause is a rank killed by a signal from outside
+KILLED_HINT = (
+    "A signal from outside the job ended that rank (SIGKILL is most often the kernel's "
+    "out-of-memory killer: check `dmesg` or the scheduler's logs, and the rank's memory "
+    "use); its peers failed because of it, not because of their own code."
+)
+
 
 def where(op: Op) -> str:
     """``train.py:42`` or ``?`` (from C++, no Python frame)."""

@@ -6,6 +6,7 @@ from collections import defaultdict
 from collections.abc import Collection
 from collections.abc import Sequence
 
+from dl2.analysis.describe import KILLED_HINT
 from dl2.analysis.describe import exit_cause
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
@@ -14,6 +15,7 @@ from dl2.analysis.describe import where
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Op
+from dl2.model.stuck import RankStatus
 from dl2.model.wait_for import WaitForGraph
 from dl2.report import Finding
 from dl2.report import FindingKind
@@ -99,7 +101,10 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
             first = issued[0]
             causes = [(r, c) for r in gone if (c := exit_cause(graph, r))]
             why = ""
-            if len(gone) == 1 and causes:
+            killed = all(wfg.status(r) is RankStatus.KILLED for r in gone)
+            if killed:
+                why = f" {'It was' if len(gone) == 1 else 'They were'} killed by a signal first."
+            elif len(gone) == 1 and causes:
                 why = f" Its program ended with an uncaught {causes[0][1]}."
             elif causes:
                 why = (
@@ -117,7 +122,9 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                         f"group {gid} ({first.op}), which {rank_list(list(slot.ops))} issued "
                         f"at {where(first)}.{why}"
                     ),
-                    hint=(
+                    hint=KILLED_HINT
+                    if killed
+                    else (
                         "Every member of a group must issue each of its collectives: look for an "
                         "early exit, a rank-dependent branch or uneven data."
                     ),

@@ -43,15 +43,18 @@ class RankStatus(StrEnum):
     RUNNING = "running"
     #: ended on its own, cleanly
     EXITED = "exited"
-    #: ended with an error or a signal
+    #: ended with an error (or a signal its launcher cannot tell apart from one)
     FAILED = "failed"
+    #: ended by a signal from outside the job (SIGKILL, SIGTERM, SIGINT, SIGHUP: the OOM
+    #: killer, a scheduler, a user's kill) while the others were not
+    KILLED = "killed"
     #: no trace was read for it
     NO_TRACE = "no-trace"
 
     @property
     def gone(self) -> bool:
-        """Ended (exited or failed): it will never take part in anything again."""
-        return self in (RankStatus.EXITED, RankStatus.FAILED)
+        """Ended (exited, failed or killed): it will never take part in anything again."""
+        return self in (RankStatus.EXITED, RankStatus.FAILED, RankStatus.KILLED)
 
     @property
     def can_progress(self) -> bool:

@@ -35,6 +35,7 @@ from dl2.model.stuck import deadlock_set
 from dl2.model.stuck import shortest_cycle
 from dl2.trace.session import ENDED_BADLY
 from dl2.trace.session import EXITED
+from dl2.trace.session import KILLED
 from dl2.trace.session import Session
 
 
@@ -182,9 +183,11 @@ def other_threads(graph: ExecutionGraph, rank: int) -> int:
 
 def _status(session: Session, graph: ExecutionGraph, rank: int) -> RankStatus:
     state = session.process_state(rank)
+    timeline = graph.timelines.get(rank)
+    if state == KILLED and (timeline is None or timeline.ended is None):
+        return RankStatus.KILLED  # by a signal from outside, in the middle of its program
     if state in ENDED_BADLY:
         return RankStatus.FAILED
-    timeline = graph.timelines.get(rank)
     if timeline is None:
         return RankStatus.NO_TRACE  # exited or not, what it issued is unknown
     if state == EXITED or timeline.ended is not None:

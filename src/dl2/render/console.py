@@ -60,6 +60,7 @@ _VERDICT_STYLE = {
 _STATUS_STYLE = {
     RankStatus.BLOCKED: "red",
     RankStatus.FAILED: "red",
+    RankStatus.KILLED: "red",
     RankStatus.NO_TRACE: "yellow",
     RankStatus.RUNNING: "green",
 }
@@ -145,6 +146,20 @@ def headline(report: Report) -> str:
         kinds = ", ".join(dict.fromkeys(f.kind.value for f in findings))
         return f"DEFECT: {_count(len(findings), 'communication defect')}, no deadlock ({kinds})"
     if report.verdict is Verdict.JOB_FAILED:
+        killed = [s.rank for s in report.ranks if s.status is RankStatus.KILLED]
+        # the ranks whose failing op the findings trace to a rank that is gone
+        orphaned = {f.ops[0].rank for f in findings if f.kind is FindingKind.ORPHANED_WAIT}
+        on_their_own = [
+            s.rank for s in report.ranks if s.status is RankStatus.FAILED and s.rank not in orphaned
+        ]
+        if killed and not on_their_own:
+            who = ", ".join(rank_runs(killed))
+            verb = "was" if len(killed) == 1 else "were"
+            return (
+                f"JOB FAILED: rank{'s' if len(killed) > 1 else ''} {who} {verb} killed by a "
+                "signal from outside the job (the OOM killer, a scheduler, a kill); the "
+                "others failed because of it"
+            )
         return "JOB FAILED: the job failed for a reason other than communication"
     if report.verdict is Verdict.HANG:
         hang = next((f for f in findings if f.kind is FindingKind.HANG), None)

@@ -310,6 +310,7 @@ _LEGEND = (
     ("running", "running / spinning"),
     ("exited", "exited"),
     ("failed", "failed"),
+    ("killed", "killed by a signal"),
     ("no-trace", "no trace"),
 )
 

@@ -178,7 +178,10 @@ def oracle_wait_for(
         r
         for r, n in nodes.items()
         if n.status.can_progress
-        or (n.status is RankStatus.BLOCKED and (_bounded(n) or graph.timelines[r].threads > 0))
+        or (
+            n.status is RankStatus.BLOCKED
+            and (_bounded(graph, n) or graph.timelines[r].threads > 0)  # type: ignore[arg-type]
+        )
     )
     waiting = {r: n.clauses for r, n in nodes.items() if n.status is RankStatus.BLOCKED}
     return nodes, deadlock_set(waiting, free)

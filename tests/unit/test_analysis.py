@@ -602,6 +602,20 @@ def test_monitored_barrier_with_a_short_timeout_is_no_deadlock(timeout, verdict)
     assert FindingKind.COLLECTIVE_MISMATCH in kinds(report)
 
 
+def test_a_monitored_barrier_whose_coordinator_skipped_it_never_times_out():
+    # GIVEN ranks 1, 2 in a monitored_barrier with a 5 s timeout; rank 0, the group's
+    # first rank, which alone enforces the timeout, skipped it for an all_reduce
+    r0, r1, r2 = ranks(3)
+    for rank in (r1, r2):
+        rank.issue("monitored_barrier", 18, timeout=5.0, dtype=None, count=None)
+        rank.records.pop()  # its ret
+    r0.call("all_reduce", 19, complete=False)
+    report = analyze(session([r0, r1, r2]))
+    # THEN the others wait for its answer forever: a deadlock, not a barrier that raises
+    assert report.verdict is Verdict.DEADLOCK, report.findings
+    assert FindingKind.COLLECTIVE_MISMATCH in kinds(report)
+
+
 def test_an_op_id_written_twice_does_not_break_the_analysis():
     # GIVEN a damaged trace: rank 0 wrote a later op under an id it had used already (a
     # flipped digit), so its ops' indices have a gap once the first op is replaced

@@ -136,6 +136,10 @@ def _verdict(
         return Verdict.DEADLOCK  # a hang: the spinning rank and those waiting on it
     if FindingKind.HANG in kinds:
         return Verdict.HANG
+    if session.ending == "hang-timeout" and not any_failed and _blocked(wfg):
+        # dl2's hang timeout stops a job only once every live rank sat in communication
+        # without progress: it hung, whatever the findings say caused it
+        return Verdict.HANG
     if session.ending == "interrupted":
         return Verdict.INTERRUPTED  # the user stopped dl2 while no rank was stuck
     if kinds & {
@@ -176,6 +180,11 @@ def _verdict(
     if gaps:
         return Verdict.INCOMPLETE
     return Verdict.OK
+
+
+def _blocked(wfg: WaitForGraph) -> bool:
+    """Some rank is blocked in communication."""
+    return any(node.status is RankStatus.BLOCKED for node in wfg.waiting.values())
 
 
 def _gaps(session: Session) -> list[str]:

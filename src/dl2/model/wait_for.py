@@ -161,17 +161,34 @@ def _store_clause(graph: ExecutionGraph, op: Op) -> Clause | None:
 DEFAULT_TIMEOUT_S = 1800.0
 
 
-def _bounded(node: RankNode) -> bool:
+def _bounded(graph: ExecutionGraph, node: RankNode) -> bool:
     """Blocked in a monitored_barrier, or a store wait(keys, timeout), with a timeout
-    shorter than the default: it will raise instead of waiting forever."""
-    blocked = node.blocked
-    return (
-        blocked is not None
-        and len(blocked.ops) == 1
-        and blocked.ops[0].op in ("monitored_barrier", "store_wait")
-        and blocked.ops[0].timeout is not None
-        and blocked.ops[0].timeout < DEFAULT_TIMEOUT_S
-    )
+    shorter than the default: it will raise instead of waiting forever.  Only the
+    group's first rank enforces a monitored_barrier's timeout (gloo: the others send to
+    it and wait for its answer without one): another member is bounded only while that
+    rank waits in a bounded monitored_barrier of the group too (its failure ends them)."""
+    op = _bounded_op(node.blocked)
+    if op is None or op.op != "monitored_barrier":
+        return op is not None
+    members = graph.group_members(op.gid)
+    if not members or members[0] == op.rank:
+        return True
+    coordinator = graph.timelines.get(members[0])
+    other = _bounded_op(coordinator.blocked) if coordinator is not None else None
+    return other is not None and other.op == "monitored_barrier" and other.gid == op.gid
+
+
+def _bounded_op(blocked: Blocked | None) -> Op | None:
+    """The monitored_barrier or store wait a rank is blocked in, if it has a timeout
+    shorter than the default."""
+    if blocked is None or len(blocked.ops) != 1:
+        return None
+    op = blocked.ops[0]
+    if op.op not in ("monitored_barrier", "store_wait"):
+        return None
+    if op.timeout is None or op.timeout >= DEFAULT_TIMEOUT_S:
+        return None
+    return op
 
 
 def other_threads(graph: ExecutionGraph, rank: int) -> int:
@@ -255,7 +272,7 @@ def build_wait_for_graph(session: Session, graph: ExecutionGraph) -> WaitForGrap
             node.status.can_progress
             or (
                 node.status is RankStatus.BLOCKED
-                and (_bounded(node) or other_threads(graph, r) > 0)
+                and (_bounded(graph, node) or other_threads(graph, r) > 0)
             )
         )
     )

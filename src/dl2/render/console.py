@@ -164,7 +164,9 @@ def headline(report: Report) -> str:
     if report.verdict is Verdict.HANG:
         hang = next((f for f in findings if f.kind is FindingKind.HANG), None)
         if hang is None or not hang.summary:
-            return "HANG: ranks stayed blocked in communication until the job was ended"
+            kinds = ", ".join(dict.fromkeys(f.kind.value for f in findings))
+            cause = f" ({kinds})" if kinds else ""
+            return f"HANG: ranks stayed blocked in communication until the job was ended{cause}"
         return f"HANG: {hang.summary}"
     if report.verdict is Verdict.INTERRUPTED:
         found = f"; {_count(len(findings), 'finding')} up to then" if findings else ""

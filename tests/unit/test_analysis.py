@@ -616,6 +616,23 @@ def test_a_monitored_barrier_whose_coordinator_skipped_it_never_times_out():
     assert FindingKind.COLLECTIVE_MISMATCH in kinds(report)
 
 
+def test_a_rank_that_inits_again_after_destroy_is_not_ended():
+    # GIVEN both ranks destroyed the default group, created it again, and then deadlock:
+    # rank 0 in an all_reduce that rank 1 skipped, rank 1 in a recv from rank 0
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.call("all_reduce", 13)
+        r.end("destroy")
+        r.call("all_reduce", 17)
+    r0.call("all_reduce", 21, complete=False)
+    r1.call("recv", 24, peer=0, complete=False)
+    report = analyze(session([r0, r1]))
+    # THEN the ranks are blocked in the second generation, not gone: a deadlock there
+    assert report.verdict is Verdict.DEADLOCK, report.findings
+    deadlock = next(f for f in report.findings if f.kind is FindingKind.DEADLOCK)
+    assert sorted((o.rank, o.line) for o in deadlock.ops) == [(0, 21), (1, 24)]
+
+
 def test_an_op_id_written_twice_does_not_break_the_analysis():
     # GIVEN a damaged trace: rank 0 wrote a later op under an id it had used already (a
     # flipped digit), so its ops' indices have a gap once the first op is replaced

@@ -509,7 +509,12 @@ def test_only_threads_of_the_users_own_code_are_counted():
     assert runs_user_code(threading.Thread(target=lambda: None))
     assert runs_user_code(_UserThread())
     # the standard library's, torch's, an installed package's and bare threads are not
-    assert not runs_user_code(threading.Timer(1.0, _user_target))  # Timer.run: stdlib
+    assert runs_user_code(threading.Timer(1.0, _user_target))  # it calls the user's function
+    assert not runs_user_code(threading.Timer(1.0, print))  # a builtin: no user code
+    import torch.distributed as dist
+
+    assert runs_user_code(threading.Timer(1.0, dist.send))  # torch's API issues comm too
+    assert runs_user_code(threading.Thread(target=dist.all_reduce))
     assert not runs_user_code(threading.Thread())
     import torch.utils.data._utils.pin_memory as pin_memory
 
@@ -517,6 +522,31 @@ def test_only_threads_of_the_users_own_code_are_counted():
     import msgspec
 
     assert not runs_user_code(threading.Thread(target=msgspec.json.encode))  # no code
+
+
+def test_a_users_function_in_a_thread_pool_counts_from_submission_to_its_end(tmp_path: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dl2.record.install import _Installed
+    from dl2.record.install import _patch_pools
+    from dl2.record.install import _undo
+    from dl2.record.recorder import Recorder
+
+    rec = Recorder(str(tmp_path))
+    state = _Installed(rec)
+    plain = ThreadPoolExecutor.submit
+    _patch_pools(state)
+    try:
+        gate = threading.Event()
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(gate.wait, 10)  # the standard library's: not counted
+            pool.submit(_user_target)  # queued behind it: counted already
+            assert rec.user_threads == 1
+            gate.set()
+        assert rec.user_threads == 0  # done (the pool's exit waited for it)
+    finally:
+        _undo(state)
+    assert ThreadPoolExecutor.submit is plain
 
 
 def test_counting_a_thread_never_raises_into_it(tmp_path: Path):

@@ -33,6 +33,7 @@ from typing import Any
 from dl2.notice import notice
 from dl2.record import recorder as _recorder_mod
 from dl2.record.recorder import Recorder
+from dl2.record.stack import API
 from dl2.record.stack import USER
 from dl2.record.stack import capture
 from dl2.record.stack import classify_file
@@ -325,6 +326,44 @@ def _patch_threads(state: _Installed) -> None:
 
     state.patch(threading.Thread, "start", start)
     state.patch(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
+    _patch_pools(state)
+
+
+def _patch_pools(state: _Installed) -> None:
+    """Count a function of the user's code submitted to a ``ThreadPoolExecutor`` like a
+    thread of it, from its submission until it finished: the pool's worker threads are
+    the standard library's, but what they run may release a blocked thread."""
+    pools = sys.modules.get("concurrent.futures.thread")
+    executor = getattr(pools, "ThreadPoolExecutor", None)
+    if executor is None:
+        return
+    rec = state.recorder
+    original = executor.submit
+
+    def _finished(future: Any) -> None:
+        rec.thread_ended()
+
+    @functools.wraps(original)
+    def submit(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        try:
+            counted = is_user_callable(fn) and not in_distributed_call(sys._getframe(1))
+        except Exception:
+            counted = False
+        if not counted:
+            return original(self, fn, *args, **kwargs)
+        rec.thread_started()
+        try:
+            future = original(self, fn, *args, **kwargs)
+        except BaseException:
+            rec.thread_ended()
+            raise
+        try:
+            future.add_done_callback(_finished)
+        except Exception:
+            rec.thread_ended()
+        return future
+
+    state.patch(executor, "submit", submit)
 
 
 def _prepare_group(
@@ -448,15 +487,31 @@ def runs_user_code(thread: threading.Thread) -> bool:
     installed package (a DataLoader's pin-memory thread, tqdm's monitor and the
     watchdog do not count)."""
     target = getattr(thread, "_target", None)
+    if target is None and isinstance(thread, threading.Timer):
+        target = thread.function  # a Timer calls the user's function once
     if target is None:
         run = type(thread).run
         if run is threading.Thread.run:
             return False
         target = run
+    return is_user_callable(target)
+
+
+def is_user_callable(target: Any) -> bool:
+    """Whether a callable is defined in the user's own code (see :func:`runs_user_code`),
+    or is a torch.distributed function itself (``Thread(target=dist.send, ...)``)."""
     target = getattr(target, "func", target)  # functools.partial
+    for _ in range(8):  # through decorators (torch wraps its API in a logger)
+        inner = getattr(target, "__wrapped__", None)
+        if inner is None:
+            break
+        target = inner
     target = getattr(target, "__func__", target)  # a bound method
     code = getattr(target, "__code__", None)
-    return code is not None and classify_file(code.co_filename) == USER
+    if code is None:
+        call = getattr(type(target), "__call__", None)  # an object with __call__
+        code = getattr(call, "__code__", None)
+    return code is not None and classify_file(code.co_filename) in (USER, API)
 
 
 def _at_exit(exc: BaseException | None = None) -> None:

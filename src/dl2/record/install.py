@@ -508,9 +508,8 @@ def is_user_callable(target: Any) -> bool:
         target = inner
     target = getattr(target, "__func__", target)  # a bound method
     code = getattr(target, "__code__", None)
-    if code is None:
-        call = getattr(type(target), "__call__", None)  # an object with __call__
-        code = getattr(call, "__code__", None)
+    if code is None and callable(target):  # an object of a class with __call__
+        code = getattr(type(target).__call__, "__code__", None)
     return code is not None and classify_file(code.co_filename) in (USER, API)
 
 

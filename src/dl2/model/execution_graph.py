@@ -65,10 +65,10 @@ class Signed(Protocol):
 
 #: Collectives that meet each other as one (the same gloo and NCCL collective, a list of
 #: tensors or one flat tensor): a list all_gather on one rank and all_gather_into_tensor
-#: on another complete, with the right data.
+#: on another complete, with the right data.  Not reduce_scatter: gloo runs the list
+#: form and reduce_scatter_tensor as different algorithms, and aborts on the sizes.
 _SAME_COLLECTIVE = {
     "all_gather_into_tensor": "all_gather",
-    "reduce_scatter_tensor": "reduce_scatter",
 }
 
 

@@ -582,3 +582,34 @@ def test_a_wildcards_sender_carries_its_op_through_peer_arithmetic():
     assert json.dumps([first]) == "[1]"
     for clone in (pickle.loads(pickle.dumps(first)), copy.copy(first), copy.deepcopy(first)):
         assert type(clone) is int and clone == 1
+
+
+def test_the_exception_handled_when_the_program_exits_with_a_failure_is_kept(tmp_path: Path):
+    import importlib
+
+    from dl2.record.install import _Installed
+    from dl2.record.install import _patch_exit
+    from dl2.record.install import _undo
+    from dl2.record.recorder import Recorder
+
+    install_module = importlib.import_module("dl2.record.install")
+    state = _Installed(Recorder(str(tmp_path)))
+    plain = sys.exit
+    _patch_exit(state)
+    try:
+        with pytest.raises(SystemExit):
+            sys.exit(0)  # a clean exit keeps nothing
+        assert install_module._EXIT_HANDLING is None
+        # GIVEN main()'s `except Exception: log...; sys.exit(1)`
+        with pytest.raises(SystemExit) as exited:
+            try:
+                {}["x"]
+            except KeyError:
+                sys.exit(1)
+        # THEN the exit still happens, and the KeyError is the cause kept
+        assert exited.value.code == 1
+        assert isinstance(install_module._EXIT_HANDLING, KeyError)
+    finally:
+        _undo(state)
+        install_module._EXIT_HANDLING = None
+    assert sys.exit is plain

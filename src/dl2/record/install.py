@@ -108,6 +108,7 @@ def install(run_dir: str | None = None) -> bool:
         _patch(state, dist)
         _patch_threads(state)
         _patch_spawn(state)
+        _patch_exit(state)
         _INSTALLED = state
         _recorder_mod.RECORDER = rec
         _register_process_hooks()
@@ -554,7 +555,12 @@ def _uncaught() -> BaseException | None:
     hooks run; in a ``torch.multiprocessing.spawn`` worker, which catches it and exits
     with status 1, :func:`_patch_spawn` keeps it.  ``SystemExit`` is an exit, not a
     failure."""
-    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None) or _SPAWN_RAISED
+    exc = (
+        getattr(sys, "last_exc", None)
+        or getattr(sys, "last_value", None)
+        or _SPAWN_RAISED
+        or _EXIT_HANDLING
+    )
     if not isinstance(exc, BaseException) or isinstance(exc, SystemExit):
         return None
     return exc
@@ -562,6 +568,29 @@ def _uncaught() -> BaseException | None:
 
 # The exception a torch.multiprocessing.spawn worker's function raised (see _patch_spawn).
 _SPAWN_RAISED: BaseException | None = None
+# The exception being handled when the program called sys.exit with a failure status.
+_EXIT_HANDLING: BaseException | None = None
+
+
+def _patch_exit(state: _Installed) -> None:
+    """Keep the exception a program was handling when it called ``sys.exit`` with a
+    failure status (``except Exception: log.exception(...); sys.exit(1)``, a common
+    ``main()``): the exception is the cause, though Python never sees it uncaught."""
+    original = sys.exit
+
+    def exit(status: Any = None) -> Any:
+        global _EXIT_HANDLING
+        try:
+            if status not in (None, 0):
+                handling = sys.exc_info()[1]
+                if handling is not None and not isinstance(handling, SystemExit):
+                    _EXIT_HANDLING = handling
+        except Exception:
+            pass
+        return original(status)
+
+    exit.__doc__ = original.__doc__
+    state.patch(sys, "exit", exit)
 
 
 def _patch_spawn(state: _Installed) -> None:

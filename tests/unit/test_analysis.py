@@ -292,6 +292,24 @@ def test_a_call_that_timed_out_waiting_on_a_slow_rank_is_a_hang_naming_that_rank
     assert not any(f.kind is FindingKind.FAILED_CALL for f in report.findings)
 
 
+def test_a_deadlock_that_the_timeouts_broke_is_still_a_deadlock():
+    # GIVEN recv/recv: both ranks' recvs raised on the group's timeout, and they exited
+    r0, r1 = ranks(2)
+    timed_out = "RuntimeError: Timed out waiting 6000ms for recv operation to complete"
+    r0.wait(r0.issue("recv", 17, peer=1), err=timed_out)
+    r1.wait(r1.issue("recv", 19, peer=0), err=timed_out)
+    for r, line in ((r0, 17), (r1, 19)):
+        r.end(err=timed_out, line=line)
+    report = analyze(session([r0, r1], states={0: FAILED, 1: FAILED}))
+    # THEN the cycle is named, not two waits each orphaned by the other's failure
+    assert report.verdict is Verdict.DEADLOCK, report.findings
+    deadlock = report.findings[0]
+    assert deadlock.kind is FindingKind.DEADLOCK and deadlock.cycle == (0, 1)
+    assert sorted((o.rank, o.line) for o in deadlock.ops) == [(0, 17), (1, 19)]
+    assert "until their timeouts ended the job" in deadlock.message
+    assert FindingKind.ORPHANED_WAIT not in kinds(report)
+
+
 def test_a_call_that_timed_out_after_its_peer_issued_it_too_is_no_hang():
     # GIVEN both ranks issued the all_reduce; rank 0's raised on its timeout anyway
     r0, r1 = ranks(2)

@@ -17,6 +17,7 @@ from dl2.analysis.deadlock import deadlock_findings
 from dl2.analysis.deadlock import failed_call_findings
 from dl2.analysis.deadlock import failed_op_findings
 from dl2.analysis.deadlock import hang_suspect_findings
+from dl2.analysis.deadlock import timed_out_deadlock_findings
 from dl2.analysis.describe import exit_cause
 from dl2.analysis.describe import history_gap
 from dl2.analysis.describe import op_ref
@@ -88,6 +89,8 @@ def _fusion(context: Context) -> list[Finding]:
 #: name -> analysis; each takes the shared context and returns its findings.
 ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "deadlock": lambda c: deadlock_findings(c.graph, c.wait_for),
+    # a deadlock the job's own timeouts broke (the ops raised "Timed out")
+    "timed-out-deadlock": lambda c: timed_out_deadlock_findings(c.graph),
     "hang": lambda c: hang_findings(
         c.graph, c.wait_for, c.session.ending, c.ended_outside, c.quiet
     ),

@@ -330,15 +330,91 @@ def _deadlock_part(
     return findings
 
 
+#: what torch and gloo say when a call ran past its timeout (gloo: "Timed out waiting
+#: 5000ms for recv operation to complete"; a Work's wait(timeout))
+TIMEOUT_ERRORS = ("timed out", "timeout", "timing out")
+
+
+def timed_out(op: Op) -> bool:
+    """The op raised on its timeout."""
+    lowered = (op.error or "").lower()
+    return not op.completed and any(text in lowered for text in TIMEOUT_ERRORS)
+
+
+def timed_out_waits(graph: ExecutionGraph) -> dict[int, tuple[Op, Clause]]:
+    """Per rank, its first op that raised on its timeout while waiting on others, with
+    what it waited for (its clause in the final state)."""
+    found: dict[int, tuple[Op, Clause]] = {}
+    for rank in sorted(graph.timelines):
+        for op in graph.failed_ops(rank):
+            if timed_out(op):
+                clause = clause_for(graph, op)
+                if clause is not None and clause.reason != "mismatch" and clause.targets:
+                    found[rank] = (op, clause)
+                break
+    return found
+
+
+def timed_out_deadlock(waits: dict[int, tuple[Op, Clause]]) -> frozenset[int]:
+    """The ranks whose timed-out ops waited only on ranks whose ops timed out too (a
+    closed set): a deadlock that the timeouts broke."""
+    members = set(waits)
+    changed = True
+    while changed:
+        changed = False
+        for rank in list(members):
+            targets = waits[rank][1].targets
+            if waits[rank][1].any_of:
+                stuck = any(t in members for t in targets)
+            else:
+                stuck = all(t in members for t in targets)
+            if not stuck:
+                members.discard(rank)
+                changed = True
+    return frozenset(members)
+
+
+def timed_out_deadlock_findings(graph: ExecutionGraph) -> list[Finding]:
+    """A deadlock the job's timeouts broke: ranks whose calls raised on their timeout
+    while each waited only on others of them (recv/recv, crossed collectives), read
+    from the traces after the fact (``--on-deadlock wait``, ``dl2 analyze``)."""
+    waits = timed_out_waits(graph)
+    members = timed_out_deadlock(waits)
+    if not members:
+        return []
+    cycle = shortest_cycle({r: waits[r][1].targets for r in members})
+    shown = list(cycle) if cycle else sorted(members)
+    ops = [waits[r][0] for r in shown]
+    parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in ops[:4]]
+    if len(ops) > 4:
+        parts.append(f"{len(ops) - 4} more")
+    return [
+        Finding(
+            kind=FindingKind.DEADLOCK,
+            ranks=tuple(sorted(members)),
+            ops=tuple(op_ref(o) for o in ops),
+            message=(
+                f"{rank_list(sorted(members)).capitalize()} waited on each other until their "
+                f"timeouts ended the job: {'; '.join(parts)}. {ops[0].error}"
+            ),
+            hint=_hint(ops, []),
+            cycle=cycle,
+            group=ops[0].gid if len({o.gid for o in ops}) == 1 else None,
+        )
+    ]
+
+
 def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
     """Ops that raised because a rank they needed had exited (gloo: "Connection closed").
 
     gloo notices a peer's exit and fails the pending op instead of hanging; the root
-    cause is still the peer that left without taking part.
+    cause is still the peer that left without taking part.  Ops that timed out in a
+    deadlock the timeouts broke are the deadlock's (:func:`timed_out_deadlock_findings`).
     """
     findings: list[Finding] = []
+    in_timed_out_deadlock = timed_out_deadlock(timed_out_waits(graph))
     for rank in sorted(graph.timelines):
-        if rank in wfg.deadlocked:
+        if rank in wfg.deadlocked or rank in in_timed_out_deadlock:
             continue
         for op in graph.failed_ops(rank):
             if op.completed:

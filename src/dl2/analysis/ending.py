@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dl2.analysis.deadlock import WHERE_TEXT
 from dl2.analysis.deadlock import suspect_stack
 from dl2.analysis.deadlock import suspect_where
+from dl2.analysis.deadlock import timed_out_deadlock
+from dl2.analysis.deadlock import timed_out_waits
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
@@ -31,7 +33,6 @@ from dl2.model.ops import Op
 from dl2.model.stuck import RankStatus
 from dl2.model.stuck import strongly_connected_components
 from dl2.model.wait_for import WaitForGraph
-from dl2.model.wait_for import clause_for
 from dl2.model.wait_for import other_threads
 from dl2.report import Finding
 from dl2.report import FindingKind
@@ -203,31 +204,20 @@ def hang_findings(
     return findings
 
 
-#: what torch and gloo say when a call ran past its timeout (gloo: "Timed out waiting
-#: 5000ms for recv operation to complete"; a Work's wait(timeout)).
-_TIMEOUT_ERRORS = ("timed out", "timeout", "timing out")
-
-
 def timeout_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
     """Calls that raised when their timeout (the process group's, ``timeout=`` of
     ``init_process_group``, or a wait's) ran out while ranks they needed had not issued
     the matching operation: the job hung, and the timeout ended it.  One finding per
     group of ranks waited on, naming where those ranks were."""
     groups: dict[tuple[int, ...], list[Op]] = {}
-    for rank in sorted(graph.timelines):
-        if rank in wfg.deadlocked:
+    waits = timed_out_waits(graph)
+    in_deadlock = timed_out_deadlock(waits)  # timed_out_deadlock_findings' own
+    for rank, (op, clause) in waits.items():
+        if rank in wfg.deadlocked or rank in in_deadlock:
             continue
-        for op in graph.failed_ops(rank):
-            lowered = (op.error or "").lower()
-            if op.completed or not any(text in lowered for text in _TIMEOUT_ERRORS):
-                continue
-            clause = clause_for(graph, op)
-            if clause is None or clause.reason == "mismatch":
-                break  # matched in the end (late, not missing), or the mismatch says it
-            alive = tuple(t for t in clause.targets if not wfg.status(t).gone)
-            if alive:
-                groups.setdefault(alive, []).append(op)
-            break
+        alive = tuple(t for t in clause.targets if not wfg.status(t).gone)
+        if alive:
+            groups.setdefault(alive, []).append(op)
     findings = []
     for roots, ops in groups.items():
         parts = [f"rank {o.rank}'s {phrase(o)} ({where(o)})" for o in ops[:3]]

@@ -191,6 +191,22 @@ def test_the_list_and_the_flat_form_of_a_collective_match(a, b, verdict):
     assert analyze(session([r0.end(), r1.end()])).verdict is verdict
 
 
+@pytest.mark.parametrize(("other", "verdict"), [([2, 3], Verdict.OK), ([3, 2], Verdict.DEADLOCK)])
+def test_list_reduce_scatter_shards_must_have_the_same_sizes_on_every_rank(other, verdict):
+    # GIVEN a list reduce_scatter of 5 elements on both ranks, cut [2, 3] on rank 0
+    r0, r1 = ranks(2)
+    r0.call("reduce_scatter", 15, count=5, splits=[[2, 3]], complete=False)
+    r1.call("reduce_scatter", 15, count=5, splits=[other], complete=False)
+    report = analyze(session([r0, r1]))
+    # THEN the same total cut otherwise is a mismatch (gloo hangs on it)
+    if verdict is Verdict.OK:
+        assert FindingKind.COLLECTIVE_MISMATCH not in kinds(report)
+    else:
+        assert report.verdict is verdict
+        mismatch = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISMATCH)
+        assert "splits differ" in mismatch.message and "shards" in mismatch.hint
+
+
 def test_identical_collectives_from_different_call_sites_are_clean():
     r0, r1 = ranks(2)
     r0.call("all_reduce", 10, redop="sum", function="a")

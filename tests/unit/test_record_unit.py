@@ -613,3 +613,22 @@ def test_the_exception_handled_when_the_program_exits_with_a_failure_is_kept(tmp
         _undo(state)
         install_module._EXIT_HANDLING = None
     assert sys.exit is plain
+
+
+def test_a_list_reduce_scatter_records_each_ranks_shard_size():
+    import torch
+    import torch.distributed as dist
+
+    from dl2.record.describe import COLLECTIVES
+
+    describe = COLLECTIVES["reduce_scatter"][1]
+    opts = dist.ReduceScatterOptions()
+    shards = [torch.ones(2), torch.ones(3)]
+    fields, _ = describe(None, ([torch.empty(2)], [shards], opts), {})  # type: ignore[arg-type]
+    assert '"splits":[[2,3]]' in fields and '"count":5' in fields
+    flat, _ = COLLECTIVES["reduce_scatter_single"][1](
+        None,  # type: ignore[arg-type]
+        (torch.empty(2), torch.ones(4), opts),
+        {},
+    )
+    assert "splits" not in flat

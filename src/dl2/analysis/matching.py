@@ -56,6 +56,17 @@ _FIELD_HINTS = {
 }
 
 
+def _mismatch_hint(differing: tuple[str, ...], op: str) -> str:
+    key = "op" if "op" in differing else differing[0]
+    if key == "splits" and op == "reduce_scatter":
+        return (
+            "The ranks cut the reduce_scatter input into shards of different sizes (shard i "
+            "is what rank i receives; gloo hangs on this): give every rank the same shard "
+            "sizes, padding the shards if needed."
+        )
+    return _FIELD_HINTS[key]
+
+
 def _exchange_sizes(op: Op) -> str:
     if not op.splits or len(op.splits) != 2:
         return ""
@@ -86,7 +97,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                         f"First divergence on group {gid} at collective #{slot.index} "
                         f"({', '.join(slot.differing)} differ): {sides}."
                     ),
-                    hint=_FIELD_HINTS[slot.differing[0] if "op" not in slot.differing else "op"],
+                    hint=_mismatch_hint(slot.differing, ops[0].op),
                     group=gid,
                 )
             )

@@ -83,8 +83,9 @@ def signature_fields(op: Signed) -> dict[str, object]:
         fields["dtype"] = op.dtype
     if op.op in SAME_COUNT_OPS:
         fields["count"] = op.count
-    if op.op == "all_reduce_coalesced" and op.splits is not None:
-        fields["splits"] = op.splits  # the same tensors must be fused on every rank
+    if op.op in ("all_reduce_coalesced", "reduce_scatter") and op.splits is not None:
+        # the same tensors fused on every rank; the same shard for each rank
+        fields["splits"] = op.splits
     return fields
 
 

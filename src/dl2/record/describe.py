@@ -253,10 +253,17 @@ def _d_scatter(pg: Group, a: tuple[Any, ...], k: dict[str, Any]) -> tuple[str, b
 
 
 def _d_reduce_scatter(pg: Group, a: tuple[Any, ...], k: dict[str, Any]) -> tuple[str, bool]:
+    """The reduce op, dtype and count; for the list form also each rank's shard size,
+    as ``splits`` (the same total split otherwise on two ranks hangs gloo)."""
     inputs = arg(a, k, 1, "input_tensors", "input", "inputTensor", "inputs")
     opts = arg(a, k, 2, "opts", "op")
     redop = _redop(opts) if opts is not None else "sum"
-    return redop_field(redop) + tensor_desc(inputs), _async(opts)
+    desc = redop_field(redop) + tensor_desc(inputs)
+    if type(inputs) is list and len(inputs) == 1 and type(inputs[0]) is list:
+        shards = inputs[0]
+        if shards and all(isinstance(t, _Tensor) for t in shards):
+            desc += splits_field([[int(t.numel()) for t in shards]])
+    return desc, _async(opts)
 
 
 def _d_alltoall(pg: Group, a: tuple[Any, ...], k: dict[str, Any]) -> tuple[str, bool]:

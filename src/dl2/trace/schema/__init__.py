@@ -40,7 +40,8 @@ Typed records (what a reader gives back, whatever the wire form; times ``t`` are
                        and coalesced forms; for scatter, the output, as only the root has
                        an input); splits: all_to_all split sizes [input splits, output
                        splits], in elements, one per rank (even splits written out);
-                       all_reduce_coalesced: [[elements of each tensor, in call order]]
+                       all_reduce_coalesced: [[elements of each tensor, in call order]];
+                       reduce_scatter (list form): [[elements of each rank's shard]]
                ranks   create_group: global ranks of the new group
                timeout monitored_barrier: its timeout in seconds (torch fills in the
                        group's default when the user gave none)

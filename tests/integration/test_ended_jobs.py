@@ -124,9 +124,16 @@ def _line(path: Path, marker: str) -> int:
     return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if marker in line)
 
 
-def _interrupted_run(dl2_bin: Path, run_dir: Path, script: Path, after: float) -> Run:
-    """``dl2 run -n 2 SCRIPT`` sent SIGINT (by its PID) ``after`` seconds after both
-    ranks are set up (they touch ``SCRIPT.up<rank>``)."""
+def _interrupted_run(
+    dl2_bin: Path,
+    run_dir: Path,
+    script: Path,
+    after: float,
+    sig: signal.Signals = signal.SIGINT,
+    times: int = 1,
+) -> Run:
+    """``dl2 run -n 2 SCRIPT`` sent ``sig`` (by its PID; ``times`` times, 0.2 s apart)
+    ``after`` seconds after both ranks are set up (they touch ``SCRIPT.up<rank>``)."""
     log = run_dir.parent / f"{run_dir.name}.log"
     started = time.monotonic()
     with log.open("wb") as out:
@@ -143,7 +150,9 @@ def _interrupted_run(dl2_bin: Path, run_dir: Path, script: Path, after: float) -
             while time.monotonic() - started < 120 and not all(p.exists() for p in up):
                 time.sleep(0.1)
             time.sleep(after)
-            proc.send_signal(signal.SIGINT)
+            for _ in range(times):
+                proc.send_signal(sig)
+                time.sleep(0.2)
             code = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             code = -999
@@ -203,6 +212,23 @@ def test_ctrl_c_on_a_healthy_job_is_interrupted_and_on_a_stuck_one_a_hang(dl2_bi
         check=False,
     )
     assert again.returncode == 3 and json.loads(again.stdout)["verdict"] == "hang", again.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_closed_terminal_and_an_impatient_second_ctrl_c_still_stop_and_report(
+    dl2_bin, tmp_path
+):
+    # GIVEN SIGHUP (a closed terminal or ssh session) to dl2 on a healthy job
+    healthy = _write(tmp_path / "loop.py", LOOP)
+    run = _interrupted_run(dl2_bin, tmp_path / "hup", healthy, after=2, sig=signal.SIGHUP)
+    # THEN it stops the job and reports, like Ctrl-C (it used to die and leak the ranks)
+    assert run.returncode == 130 and run.report["verdict"] == "interrupted", run.output
+    # GIVEN two Ctrl-C 0.2 s apart on a stuck job: the second lands while dl2 concludes
+    stuck = _write(tmp_path / "sleeper.py", SLEEPER)
+    run = _interrupted_run(dl2_bin, tmp_path / "twice", stuck, after=LIMIT_S, times=2)
+    # THEN the exit status is the report's, and the page is written
+    assert run.returncode == 3 and run.report["verdict"] == "hang", run.output
+    assert (run.run_dir / "report.html").exists() or "html" in run.output, run.output
 
 
 @pytest.mark.timeout(300)

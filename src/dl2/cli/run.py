@@ -35,6 +35,7 @@ from dl2.live.shared import SharedState
 from dl2.live.shared import StoreAddress
 from dl2.live.shared import parse_store
 from dl2.live.shared import store_from_command
+from dl2.live.watch import stop_signals
 from dl2.live.watch import watch_job
 from dl2.notice import notice
 from dl2.record.emulate import ENV_BUFFER_SIZE
@@ -143,8 +144,9 @@ class RunCommand:
             shared=shared,
             render_json=get_renderer("json").render,
         )
-        outcome = watch_job(monitor)
-        return self._conclude(outcome, job, run_dir, args, target)
+        with stop_signals():  # the report and the page are written whatever comes in
+            outcome = watch_job(monitor)
+            return self._conclude(outcome, job, run_dir, args, target)
 
     def _conclude(
         self, outcome: Outcome, job: Job, run_dir: Path, args: argparse.Namespace, target: list[str]
@@ -154,6 +156,13 @@ class RunCommand:
         if outcome.remote is not None:
             return _conclude_remote(outcome, run_dir, args)
         if report is None:
+            if outcome.reason == "interrupted":
+                print(
+                    "dl2: interrupted before the job initialised torch.distributed; "
+                    "nothing was recorded",
+                    file=sys.stderr,
+                )
+                return 130
             if outcome.job_exit_code != 0 and outcome.reason != "hang-timeout":
                 print(
                     f"dl2: the job failed (exit status {outcome.job_exit_code}) before "
@@ -171,7 +180,9 @@ class RunCommand:
                 "every live rank in communication"
             ),
             "rank-failed": "a rank failed, so dl2 stopped the others (as torchrun does)",
-            "interrupted": "interrupted by the user (SIGINT or SIGTERM): dl2 stopped the job",
+            "interrupted": (
+                "interrupted by the user (SIGINT, SIGTERM, SIGHUP or SIGQUIT): dl2 stopped the job"
+            ),
         }
         report = conclude(outcome, report, run_dir, args.json, stop_notes)
         print(f"dl2: traces in {run_dir}  (re-analyse: dl2 analyze {run_dir})", file=sys.stderr)

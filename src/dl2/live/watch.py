@@ -3,19 +3,39 @@
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 from dl2.live.monitor import Monitor
 from dl2.live.monitor import Outcome
 
+#: signals that stop the job and still report: Ctrl-C, kill, a closed terminal or ssh
+#: session, Ctrl-\ (torchrun's agent stops its workers on the same ones)
+STOP_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
 
-def watch_job(monitor: Monitor) -> Outcome:
-    """Run ``monitor`` until its job ends or a verdict stops it.
 
-    Meanwhile SIGINT and SIGTERM are turned into one KeyboardInterrupt, so that an
-    interrupted dl2 stops the job and still reports: a second Ctrl-C while it stops the
-    job and analyses is ignored.  Whatever of the job still runs at the end is stopped.
-    """
+_depth = 0  # stop_signals() entered and not left (an inner one changes nothing)
+
+
+@contextmanager
+def stop_signals() -> Iterator[None]:
+    """While inside: the first of :data:`STOP_SIGNALS` raises one KeyboardInterrupt, the
+    later ones are ignored, so an interrupted dl2 stops the job and still writes its
+    report (a second Ctrl-C while it concludes changes nothing).  Nested: only the
+    outermost one handles them."""
+    global _depth
+    if _depth:
+        _depth += 1
+        try:
+            yield
+        finally:
+            _depth -= 1
+        return
     interrupted = False
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
@@ -24,11 +44,23 @@ def watch_job(monitor: Monitor) -> Outcome:
             interrupted = True
             raise KeyboardInterrupt
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
+    _depth = 1
     try:
-        return monitor.run()
+        yield
     finally:
+        _depth = 0
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def watch_job(monitor: Monitor) -> Outcome:
+    """Run ``monitor`` until its job ends or a verdict stops it (inside
+    :func:`stop_signals`: a stop signal stops the job and still reports).  Whatever of
+    the job still runs at the end is stopped."""
+    try:
+        with stop_signals():
+            return monitor.run()
+    finally:
         if not monitor.job.finished():
             monitor.job.stop()

@@ -215,9 +215,7 @@ def test_ctrl_c_on_a_healthy_job_is_interrupted_and_on_a_stuck_one_a_hang(dl2_bi
 
 
 @pytest.mark.timeout(300)
-def test_a_closed_terminal_and_an_impatient_second_ctrl_c_still_stop_and_report(
-    dl2_bin, tmp_path
-):
+def test_a_closed_terminal_and_an_impatient_second_ctrl_c_still_stop_and_report(dl2_bin, tmp_path):
     # GIVEN SIGHUP (a closed terminal or ssh session) to dl2 on a healthy job
     healthy = _write(tmp_path / "loop.py", LOOP)
     run = _interrupted_run(dl2_bin, tmp_path / "hup", healthy, after=2, sig=signal.SIGHUP)

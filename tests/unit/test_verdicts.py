@@ -87,6 +87,32 @@ def test_a_rank_killed_by_a_signal_mid_job_is_named_as_the_cause_at_any_world_si
         assert "rank 1 was killed by a signal" in report.findings[0].message
 
 
+def test_ranks_stuck_in_a_group_creation_they_all_entered_are_a_hang_naming_it():
+    # GIVEN both ranks inside init_process_group (a second generation whose rendezvous
+    # never connects), when dl2's hang timeout stopped the job
+    builders = ranks(2)
+    for r in builders:
+        r.call("all_reduce", 5)
+        r.issue(
+            "create_group", 15, api="init_process_group", ranks=[0, 1], returned=False,
+            dtype=None, count=None,
+        )  # fmt: skip
+    stopped = session(builders, states={0: ALIVE, 1: ALIVE})
+    report = analyze(_ended(stopped, "hang-timeout"))
+    # THEN a hang naming the call and its line, not "ok" (the live verdict and a later
+    # dl2 analyze of the directory agree)
+    assert report.verdict is Verdict.HANG, report.findings
+    hang = report.findings[0]
+    assert hang.kind is FindingKind.HANG and hang.ranks == (0, 1)
+    assert "inside init_process_group (train.py:15)" in hang.message
+    # the twin: one rank never entered it: that rank is the one waited on, as before
+    lone = ranks(2)
+    lone[0].issue("create_group", 15, api="init_process_group", ranks=[0, 1], returned=False)
+    assert "every member" not in " ".join(
+        f.message for f in analyze(_ended(session(lone), "hang-timeout")).findings
+    )
+
+
 def test_dl2s_hang_timeout_is_a_hang_at_once_and_a_users_interrupt_after_a_while():
     stopped = session(_rank1_outside_communication(), states={0: ALIVE, 1: ALIVE})
     report = analyze(_ended(stopped, "hang-timeout"), quiet={0: 0.5, 1: 0.5})

@@ -33,6 +33,7 @@ from dl2.model.ops import Op
 from dl2.model.stuck import RankStatus
 from dl2.model.stuck import strongly_connected_components
 from dl2.model.wait_for import WaitForGraph
+from dl2.model.wait_for import clause_for
 from dl2.model.wait_for import other_threads
 from dl2.report import Finding
 from dl2.report import FindingKind
@@ -177,7 +178,7 @@ def hang_findings(
         message = (
             f"{'; '.join(parts)}: blocked{during} until the job was ended, waiting on "
             f"{waited}. The communication {'it' if len(stuck) == 1 else 'they'} waited for "
-            "was never issued."
+            "had not been issued by then."
         )
         first = ops[0]
         if len({(phrase(o), where(o)) for o in ops}) == 1:
@@ -201,7 +202,50 @@ def hang_findings(
         )
     if ending == "hang-timeout" and not findings:
         findings.extend(_rewait_findings(graph))
+    if not findings:
+        findings.extend(_group_creation_findings(graph, ending, quiet))
     return findings
+
+
+def _group_creation_findings(
+    graph: ExecutionGraph, ending: str | None, quiet: Mapping[int, float]
+) -> list[Finding]:
+    """Ranks still inside a group creation (init_process_group, new_group) that every
+    member had entered, when the job was ended: the backend never connected them."""
+    stuck: list[Op] = []
+    for rank in graph.waiting_ranks():
+        blocked = graph.timelines[rank].blocked
+        if blocked is None or len(blocked.ops) != 1 or blocked.ops[0].op != "create_group":
+            continue
+        if ending != "hang-timeout" and quiet.get(rank, HANG_AFTER_S) < HANG_AFTER_S:
+            continue
+        if clause_for(graph, blocked.ops[0]) is None:  # every member is in it
+            stuck.append(blocked.ops[0])
+    if not stuck:
+        return []
+    first = stuck[0]
+    ranks = [o.rank for o in stuck]
+    call = first.api or "new_group"
+    return [
+        Finding(
+            kind=FindingKind.HANG,
+            ranks=tuple(ranks),
+            ops=tuple(op_ref(o) for o in stuck),
+            message=(
+                f"{rank_list(ranks).capitalize()} stayed inside {call} ({where(first)}) until "
+                "the job was ended, though every member of the group had called it: the "
+                "backend never connected them."
+            ),
+            hint=(
+                "The group's ranks could not reach each other: keys left in the store by an "
+                "earlier attempt or generation (a restart, destroy_process_group then "
+                "init_process_group again), a wrong MASTER_ADDR or port, a firewall. Use a "
+                "fresh store or port for a new generation."
+            ),
+            group=first.gid,
+            summary=f"{rank_list(ranks)} stuck inside {call} ({where(first)})",
+        )
+    ]
 
 
 def timeout_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:

@@ -686,3 +686,24 @@ def test_an_op_id_written_twice_does_not_break_the_analysis():
     # THEN it is analysed like any other trace (the prediction replays it), no crash
     report = analyze(session([r0.end(), r1.end()]))
     assert report.verdict in (Verdict.OK, Verdict.DEFECT)
+
+
+def test_a_ranks_child_job_of_one_process_does_not_replace_the_ranks_trace():
+    from dl2.trace.session import build_session
+    from trace_builders import RankBuilder
+
+    # GIVEN rank 0 of a 2-rank job (its all_reduce done), and a later trace "rank 0" of
+    # a one-process gloo job its child process ran (an eval) in the same run directory
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.call("all_reduce", 10)
+        r.end()
+    child = RankBuilder(0, 1, "eval.py")
+    child.call("all_reduce", 5)
+    child.end()
+    traces = [r0.trace(wall=1), r1.trace(wall=1), child.trace(wall=9)]
+    built = build_session(traces, {})
+    # THEN the job's rank 0 is the one of its world; the child's is set aside, said so
+    assert built.traces[0].header.world_size == 2
+    assert analyze(built).verdict is Verdict.OK
+    assert any("several trace files" in w for w in built.warnings)

@@ -38,6 +38,7 @@ from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
 from dl2.trace.schema.decode import WaitRecord
+from dl2.trace.session import preference
 
 
 @dataclass
@@ -356,7 +357,11 @@ class TraceTailer:
             rank = entry.rank
             other = best.get(rank)
             assert entry.header is not None
-            key = (entry.header.wall, entry.segment)
-            if other is None or other.header is None or key >= (other.header.wall, other.segment):
+            key = (*preference(entry.header), entry.segment)
+            if (
+                other is None
+                or other.header is None
+                or key >= (*preference(other.header), other.segment)
+            ):
                 best[rank] = entry
         return best

@@ -37,6 +37,7 @@ from dl2.trace.format import RankTrace
 from dl2.trace.schema.decode import Header
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.session import Session
+from dl2.trace.session import preference
 from dl2.trace.stream import CHUNK_BYTES
 from dl2.trace.stream import stream_session
 
@@ -143,7 +144,7 @@ class Model:
         current = self._ranks.get(rank)
         entry = _File(header, None)
         self._files[key] = entry
-        if current is None or self._files[current].header.wall <= header.wall:
+        if current is None or preference(self._files[current].header) <= preference(header):
             if current is not None:
                 self._leave(current)
             entry.rank_model = self._models[rank] = RankModel(rank, self.matcher)

@@ -18,6 +18,7 @@ from dl2.trace.format import RankTrace
 from dl2.trace.format import read_trace_stream
 from dl2.trace.format import stream_of
 from dl2.trace.schema.decode import EndRecord
+from dl2.trace.schema.decode import Header
 
 RUN_META = "run.json"
 #: Session.ending values for a job dl2 stopped (the user's interrupt included): the
@@ -161,6 +162,14 @@ def read_run_meta(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def preference(header: Header) -> tuple[int, int]:
+    """Which of a rank's trace files is its own, the greatest first: the one of the
+    largest world (a rank's child process that runs a small job of its own, an eval
+    with a one-process group, writes a trace for its "rank 0" too), then the newest
+    (a restarted rank)."""
+    return (header.world_size, header.wall)
+
+
 def build_session(
     traces: list[RankTrace],
     process_states: Mapping[int, str] | None = None,
@@ -168,18 +177,20 @@ def build_session(
     warnings: list[str] | None = None,
     ending: str | None = None,
 ) -> Session:
-    """Assemble a session from traces; the newest process wins when a rank has several."""
+    """Assemble a session from traces; when a rank has several, :func:`preference`
+    picks its own."""
     notes = list(warnings or [])
     by_rank: dict[int, RankTrace] = {}
     for trace in traces:
         previous = by_rank.get(trace.rank)
         if previous is not None:
+            if preference(previous.header) > preference(trace.header):
+                previous, trace = trace, previous
             notes.append(
                 f"rank {trace.rank} has several trace files; using "
-                f"{os.path.basename(trace.path)}, the one opened last"
+                f"{os.path.basename(trace.path)} (world of {trace.header.world_size}, opened "
+                f"last), not {os.path.basename(previous.path)}"
             )
-            if previous.header.wall > trace.header.wall:
-                continue
         by_rank[trace.rank] = trace
     for rank, trace in sorted(by_rank.items()):
         notes.extend(trace.warnings)

@@ -36,6 +36,7 @@ from dl2.trace.session import Session
 from dl2.trace.session import build_session
 from dl2.trace.session import discover_trace_files
 from dl2.trace.session import group_streams
+from dl2.trace.session import preference
 from dl2.trace.session import read_run_meta
 from dl2.trace.session import run_ending
 from dl2.trace.session import run_states
@@ -238,7 +239,7 @@ def stream_session(
     for reader in readers:
         choices.setdefault(reader.header.rank, []).insert(0, reader)
     for options in choices.values():
-        options.sort(key=lambda r: r.header.wall, reverse=True)
+        options.sort(key=lambda r: preference(r.header), reverse=True)
     reading = [options.pop(0) for options in choices.values()]
     while reading:
         size = min(chunk_bytes, max(MIN_CHUNK_BYTES, ROUND_BYTES // len(reading)))

@@ -707,3 +707,15 @@ def test_a_ranks_child_job_of_one_process_does_not_replace_the_ranks_trace():
     assert built.traces[0].header.world_size == 2
     assert analyze(built).verdict is Verdict.OK
     assert any("several trace files" in w for w in built.warnings)
+
+
+@pytest.mark.parametrize(("op", "words"), [("broadcast", "model.module"), ("all_reduce", "join")])
+def test_an_orphaned_op_ddp_issued_gets_the_hint_of_where_ddp_issued_it(op, words):
+    # GIVEN rank 0's op, issued by DDP from C++ (no API), failed after rank 1 exited
+    r0, r1 = ranks(2)
+    op_id = r0.issue(op, 14, api=None)
+    r0.wait(op_id, err="Connection closed by peer")
+    report = analyze(session([r0, r1.end()], states={0: FAILED, 1: EXITED}))
+    orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
+    # THEN a broadcast is DDP's forward (buffers), an all_reduce its backward
+    assert words in orphan.hint

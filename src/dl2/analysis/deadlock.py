@@ -31,6 +31,18 @@ _ORPHAN_HINT = (
     "communication before exiting (same number of steps, no early return)."
 )
 _DDP_HINT = " DDP issued this collective from backward: for uneven inputs use `with model.join():`."
+_DDP_FORWARD_HINT = (
+    " DDP issued this broadcast from forward (its buffers, broadcast_buffers=True): a "
+    "forward pass on some ranks only (an evaluation on rank 0) must go through "
+    "model.module, or run on every rank."
+)
+
+
+def _ddp_hint(op: Op) -> str:
+    """What to add to a hint about an op torch issued from C++ (DDP's), if anything."""
+    if op.api is not None or op.kind != "collective":
+        return ""
+    return _DDP_FORWARD_HINT if op.op == "broadcast" else _DDP_HINT
 
 
 def _stuck_op(node: RankNode) -> Op:
@@ -70,9 +82,9 @@ def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -
             )
         if other_peer is not None and other_peer != op.rank and other_peer >= 0:
             return (
-                f"wrong peer: rank {op.rank} {op.op}s {'to' if op.op == 'send' else 'from'} "
-                f"rank {op.peer}, but rank {other.rank} {other.op}s "
-                f"{'to' if other.op == 'send' else 'from'} rank {other_peer}"
+                f"wrong peer or order: rank {op.rank} {op.op}s "
+                f"{'to' if op.op == 'send' else 'from'} rank {op.peer}, but rank {other.rank} "
+                f"{other.op}s {'to' if other.op == 'send' else 'from'} rank {other_peer} first"
             )
     return None
 
@@ -150,8 +162,10 @@ def _hint(ops: list[Op], notes: list[str]) -> str:
         )
     if any(n.startswith("wrong peer") for n in notes):
         return (
-            "Fix the peer rank of the send or recv so that each send names its receiver "
-            "and each receive its sender."
+            "Each send must meet its receive: check that every send names its receiver and "
+            "every receive its sender, then that both sides take their messages in the same "
+            "order (a rank that sends to two peers in one order while they receive in "
+            "another cycles); post the receives early with irecv, or batch_isend_irecv."
         )
     if kinds == {"send"}:
         return (
@@ -296,7 +310,7 @@ def _deadlock_part(
             f"Rank {rank} is blocked in {phrase(op)} ({where(op)}) waiting on "
             f"{rank_list(gone)}, which will never take part: {states}."
         )
-        hint = _ORPHAN_HINT + (_DDP_HINT if op.api is None and op.kind == "collective" else "")
+        hint = _ORPHAN_HINT + _ddp_hint(op)
         findings.append(
             Finding(
                 kind=FindingKind.ORPHANED_WAIT,
@@ -439,7 +453,7 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
                     ),
                     hint=KILLED_HINT
                     if all(wfg.status(r) is RankStatus.KILLED for r in gone)
-                    else _ORPHAN_HINT + (_DDP_HINT if op.api is None else ""),
+                    else _ORPHAN_HINT + _ddp_hint(op),
                     group=op.gid,
                 )
             )

@@ -172,7 +172,9 @@ class RunCommand:
                 return 1
             raise Dl2Error(
                 "the job never initialised torch.distributed (no rank wrote a trace); "
-                "is it a torch.distributed program?"
+                "is it a torch.distributed program? (dl2 loads its recorder through "
+                "PYTHONPATH and DL2_RUN_DIR: a launcher that gives its ranks a fresh "
+                "environment must pass both on)"
             )
         stop_notes = {
             "hang-timeout": (

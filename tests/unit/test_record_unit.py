@@ -502,6 +502,7 @@ class _UserThread(threading.Thread):
 def test_only_threads_of_the_users_own_code_are_counted():
     import functools
 
+    from dl2.record.install import is_user_callable
     from dl2.record.install import runs_user_code
 
     assert runs_user_code(threading.Thread(target=_user_target))
@@ -515,6 +516,12 @@ def test_only_threads_of_the_users_own_code_are_counted():
 
     assert runs_user_code(threading.Timer(1.0, dist.send))  # torch's API issues comm too
     assert runs_user_code(threading.Thread(target=dist.all_reduce))
+    import contextvars
+
+    # asyncio.to_thread(fn) submits partial(context.run, fn) to the loop's pool
+    assert is_user_callable(functools.partial(contextvars.copy_context().run, _user_target))
+    assert is_user_callable(functools.partial(contextvars.copy_context().run, dist.send))
+    assert not is_user_callable(functools.partial(contextvars.copy_context().run, print))
     assert not runs_user_code(threading.Thread())
     import torch.utils.data._utils.pin_memory as pin_memory
 

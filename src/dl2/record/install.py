@@ -21,6 +21,7 @@ Every patch is wrapped so that a failure in dl2 leaves the job's behaviour uncha
 from __future__ import annotations
 
 import atexit
+import contextvars
 import functools
 import inspect
 import os
@@ -501,7 +502,11 @@ def runs_user_code(thread: threading.Thread) -> bool:
 def is_user_callable(target: Any) -> bool:
     """Whether a callable is defined in the user's own code (see :func:`runs_user_code`),
     or is a torch.distributed function itself (``Thread(target=dist.send, ...)``)."""
-    target = getattr(target, "func", target)  # functools.partial
+    if isinstance(target, functools.partial):
+        inner: Any = target.func
+        if isinstance(getattr(inner, "__self__", None), contextvars.Context) and target.args:
+            inner = target.args[0]  # asyncio.to_thread: partial(context.run, fn, ...)
+        target = inner
     for _ in range(8):  # through decorators (torch wraps its API in a logger)
         inner = getattr(target, "__wrapped__", None)
         if inner is None:

@@ -615,6 +615,21 @@ def test_rank_spinning_on_is_completed_is_a_hang_naming_the_poll_line():
     assert "only once wait() is called" in finding.message
 
 
+def test_rank_polling_a_collective_that_a_rank_in_python_never_joins_is_a_hang():
+    # GIVEN rank 0 polls is_completed() on an async all_reduce that rank 1, running
+    # Python code (waiting for a file of its own), never issues
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.call("all_reduce", 10)
+    work = r0.issue("all_reduce", 20, **{"async": True})
+    r0.state([work], "poll", stack=[["train.py", 21, "main"]])
+    r1.state([], "python", stack=[["train.py", 24, "main"]])
+    report = analyze(session([r0, r1]))
+    # THEN not a deadlock: rank 1 may still come; the job hangs on it
+    assert report.verdict is Verdict.HANG, report.findings
+    assert FindingKind.BUSY_POLL in kinds(report)
+
+
 def test_rank_computing_with_a_pending_irecv_is_not_spinning():
     # GIVEN the same job, but the watchdog sees rank 0 running Python (no polls)
     r0, r1 = _poll_job("python")

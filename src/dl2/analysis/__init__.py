@@ -136,7 +136,9 @@ def _verdict(
     if FindingKind.DEADLOCK in kinds:
         return Verdict.DEADLOCK
     if FindingKind.BUSY_POLL in kinds and not any_failed:
-        return Verdict.DEADLOCK  # a hang: the spinning rank and those waiting on it
+        # the spinning rank and those waiting on it, unless a rank it waits on is outside
+        # communication (running Python code): that rank is the culprit, a hang
+        return Verdict.HANG if _spins_on_running(wfg) else Verdict.DEADLOCK
     if FindingKind.HANG in kinds:
         return Verdict.HANG
     if session.ending == "hang-timeout" and not any_failed and _blocked(wfg):
@@ -183,6 +185,16 @@ def _verdict(
     if gaps:
         return Verdict.INCOMPLETE
     return Verdict.OK
+
+
+def _spins_on_running(wfg: WaitForGraph) -> bool:
+    """A rank polling in a loop waits on a rank that is running outside communication."""
+    return any(
+        wfg.status(target) is RankStatus.RUNNING
+        for node in wfg.waiting.values()
+        if node.status is RankStatus.SPINNING
+        for target in node.targets
+    )
 
 
 def _blocked(wfg: WaitForGraph) -> bool:

@@ -207,6 +207,26 @@ def test_list_reduce_scatter_shards_must_have_the_same_sizes_on_every_rank(other
         assert "splits differ" in mismatch.message and "shards" in mismatch.hint
 
 
+def test_a_wildcard_recv_a_rank_died_in_is_matched_with_the_send_that_completed():
+    # GIVEN rank 0 died (gloo's size check aborts) inside a recv from any rank of 4
+    # floats; rank 2's send of 8 floats to it completed, rank 1's send of 4 did not
+    r0, r1, r2 = ranks(3)
+    r0.call("recv", 19, peer=None, count=4, complete=False)
+    r1.call("send", 27, peer=0, count=4, complete=False)
+    r2.call("send", 27, peer=0, count=8)
+    r2.call("barrier", 28, complete=False)
+    from dl2.trace.session import build_session
+
+    # (built without the resume checks: a trace resumed past the send no longer shows it)
+    built = build_session([r.trace() for r in (r0, r1, r2)], {0: FAILED})
+    report = analyze(built)
+    # THEN the size mismatch of that pair is the finding (not an "early exit")
+    mismatch = next(f for f in report.findings if f.kind is FindingKind.P2P_MISMATCH)
+    assert {(o.rank, o.line) for o in mismatch.ops} == {(0, 19), (2, 27)}
+    assert "count differs" in mismatch.message
+    assert report.verdict is Verdict.DEFECT
+
+
 def test_identical_collectives_from_different_call_sites_are_clean():
     r0, r1 = ranks(2)
     r0.call("all_reduce", 10, redop="sum", function="a")

@@ -94,13 +94,14 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "hang": lambda c: hang_findings(
         c.graph, c.wait_for, c.session.ending, c.ended_outside, c.quiet
     ),
+    # a mismatched send/recv pair before the failures it causes (gloo aborts on it)
+    "p2p-mismatch": lambda c: p2p_mismatch_findings(c.graph),
     "failed-ops": lambda c: failed_op_findings(c.graph, c.wait_for),
     "timeouts": lambda c: timeout_findings(c.graph, c.wait_for),
     "collectives": lambda c: collective_findings(c.graph, c.wait_for, c.job_ended),
     "groups": lambda c: group_findings(c.graph),
     "nonmember": lambda c: nonmember_findings(c.graph),
     "p2p": lambda c: p2p_findings(c.graph, c.job_ended),
-    "p2p-mismatch": lambda c: p2p_mismatch_findings(c.graph),
     "busy-poll": lambda c: busy_poll_findings(c.graph, c.wait_for),
     "unwaited-work": lambda c: unwaited_work_findings(c.graph, c.wait_for),
     "hang-suspects": lambda c: hang_suspect_findings(c.graph, c.wait_for, c.quiet, c.suspect_after),

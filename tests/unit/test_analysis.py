@@ -328,6 +328,20 @@ def test_a_call_that_timed_out_waiting_on_a_slow_rank_is_a_hang_naming_that_rank
     assert not any(f.kind is FindingKind.FAILED_CALL for f in report.findings)
 
 
+def test_a_store_wait_that_timed_out_on_a_slow_setter_is_a_hang_naming_it():
+    # GIVEN rank 0's store.wait(["ckpt"], 3 s) raised on its timeout while rank 1 was
+    # still running Python code (a slow checkpoint) before setting the key
+    r0, r1 = ranks(2)
+    r0.store("wait", 19, ["ckpt"], timeout=3.0, err="DistStoreError: wait timeout after 3000ms")
+    r1.state([], "python", [("train.py", 22, "save")])
+    report = analyze(session([r0, r1], states={0: FAILED, 1: ALIVE}))
+    # THEN the timed-out wait is a hang on rank 1, at the line it was running
+    assert report.verdict is Verdict.HANG, report.findings
+    hang = next(f for f in report.findings if f.kind is FindingKind.HANG)
+    assert [o.line for o in hang.ops] == [19]
+    assert "rank 1 (running Python code at train.py:22 in save)" in hang.message
+
+
 def test_a_deadlock_that_the_timeouts_broke_is_still_a_deadlock():
     # GIVEN recv/recv: both ranks' recvs raised on the group's timeout, and they exited
     r0, r1 = ranks(2)

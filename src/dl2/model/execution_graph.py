@@ -249,9 +249,14 @@ class ExecutionGraph:
         """The rank's ops that raised, in program order."""
         self.check()
         model = self._model.rank_model(rank)
-        if model is None or not model.n_failed:
+        if model is None:
             return ()
-        return tuple(st.op() for st in model.ops.values() if st.error is not None)
+        failed = (
+            tuple(st.op() for st in model.ops.values() if st.error is not None)
+            if model.n_failed
+            else ()
+        )
+        return failed + tuple(model.store_failed)  # store waits that raised (a timeout)
 
     def dropped_ops(self, rank: int) -> tuple[Op, ...]:
         """The rank's ops whose work it dropped (``Op.dropped``), in program order."""

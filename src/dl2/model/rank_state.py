@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from typing import Protocol
 
@@ -130,6 +131,8 @@ class OpState(msgspec.Struct, gc=False):
 
 
 _new = object.__new__
+#: store calls that raised, kept per rank (their ops, for the timeout findings)
+_FAILED_STORE_KEPT = 16
 
 
 class Sink(Protocol):
@@ -184,6 +187,7 @@ class RankModel:
         "sink",
         "state_at",
         "store_calls",
+        "store_failed",
         "store_keys",
         "threads",
         "waits",
@@ -216,6 +220,8 @@ class RankModel:
         # number of the rank's ops before it, its record position); and the store keys
         # the rank set
         self.store_calls: dict[int, tuple[StoreRecord, int, int]] = {}
+        # store calls that waited for keys and raised (a timeout): their ops, with the error
+        self.store_failed: list[Op] = []
         self.store_keys: set[str] = set()
         self.last_state: StateRecord | None = None
         self.state_at = -1  # record position of last_state
@@ -308,7 +314,10 @@ class RankModel:
                 target = ops.get(rid if work is None else work)
                 active = at
                 if target is None:
-                    self.store_calls.pop(rid, None)
+                    call = self.store_calls.pop(rid, None)
+                    if call is not None and rec.err and len(self.store_failed) < _FAILED_STORE_KEPT:
+                        failed = replace(store_op(self.rank, call[0], call[1]), error=rec.err)
+                        self.store_failed.append(failed)
                 elif work is None:
                     self._returned(target, rec.err)
                 elif rec.err:

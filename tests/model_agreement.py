@@ -43,7 +43,7 @@ from model_oracle import oracle_graph
 from model_oracle import oracle_wait_for
 
 #: findings that need the whole history (a folded model skips them, with a note)
-WHOLE_HISTORY = {FindingKind.POTENTIAL_DEADLOCK}
+WHOLE_HISTORY = {FindingKind.POTENTIAL_DEADLOCK, FindingKind.POTENTIAL_MISMATCH}
 #: what a deadlock report says of the deadlock itself
 DEADLOCK_KINDS = {FindingKind.DEADLOCK, FindingKind.ORPHANED_WAIT}
 

@@ -71,6 +71,9 @@ class FindingKind(str, Enum):
     #: no deadlock in this run, but one under another backend configuration (eager
     #: buffer size, fusion grouping, wildcard match, completion order)
     POTENTIAL_DEADLOCK = "potential-deadlock"
+    #: no send/recv size mismatch in this run, but one when wildcard receives of
+    #: different sizes take their messages in another order
+    POTENTIAL_MISMATCH = "potential-mismatch"
     #: an isend/irecv whose Work was never waited on (dropped, or outstanding when its
     #: rank ended): on gloo the transfer may never happen
     UNWAITED_WORK = "unwaited-work"

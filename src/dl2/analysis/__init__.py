@@ -33,6 +33,7 @@ from dl2.analysis.matching import p2p_findings
 from dl2.analysis.matching import p2p_mismatch_findings
 from dl2.analysis.prediction.findings import potential_deadlock_findings
 from dl2.analysis.prediction.fusion import fusion_findings
+from dl2.analysis.races import wildcard_size_findings
 from dl2.analysis.unwaited import unwaited_work_findings
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
@@ -110,6 +111,8 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "order-inversion": lambda c: order_inversion_findings(c.graph, c.wait_for) if c.hazards else [],
     # fusion passes the run itself shows to depend on each rank's ready order
     "fusion": _fusion,
+    # wildcard receives of different sizes that another arrival order pairs wrongly
+    "wildcard-sizes": lambda c: wildcard_size_findings(c.graph) if c.hazards else [],
 }
 
 _DEFECT_KINDS = {
@@ -119,6 +122,7 @@ _DEFECT_KINDS = {
     FindingKind.GROUP_MISMATCH,
     FindingKind.NONMEMBER_CALL,
     FindingKind.POTENTIAL_DEADLOCK,
+    FindingKind.POTENTIAL_MISMATCH,
     FindingKind.UNWAITED_WORK,
 }
 

@@ -1,0 +1,106 @@
+"""Hazards of wildcard receives: a receive from any rank that can take a message of
+another size than the one it expects.
+
+A rank that posts two receives from any sender (``recv(src=None)``) of different sizes
+on one group and tag relies on the messages arriving in one order: when the other
+sender's message arrives first, the first receive takes it, and gloo aborts on the
+size ("Received data size doesn't match"), NCCL and MPI truncate or corrupt.  The run
+itself completed: :func:`wildcard_size_findings` names the receive, the send it can
+take and the order that breaks it.
+
+A send cannot race a receive when its rank issued it only after learning that the
+receive had completed: the check skips a send whose rank, before it, took part in an
+operation that the receiving rank issued after that receive (a reply, a collective).
+
+Cost: per rank and (group, tag), the pairs of its wildcard receives, at most
+:data:`MAX_PAIRS` each, and for each candidate the sender's earlier ops once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import combinations
+
+from dl2.analysis.describe import op_ref
+from dl2.analysis.describe import phrase
+from dl2.analysis.describe import where
+from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.execution_graph import op_key
+from dl2.model.ops import Op
+from dl2.report import Finding
+from dl2.report import FindingKind
+
+__all__ = ["wildcard_size_findings"]
+
+#: pairs of wildcard receives looked at per rank and channel
+MAX_PAIRS = 256
+
+
+def wildcard_size_findings(graph: ExecutionGraph) -> list[Finding]:
+    """Wildcard receives that another arrival order would pair with a send of another
+    size (one finding per rank)."""
+    findings: list[Finding] = []
+    for rank in sorted(graph.timelines):
+        channels: dict[tuple[str, int], list[Op]] = defaultdict(list)
+        for op in graph.p2p_ops(rank):
+            if op.op == "recv" and op.peer is None and op.src is not None and op.error is None:
+                channels[(op.gid, op.tag or 0)].append(op)
+        found = None
+        for ops in channels.values():
+            for pairs, (first, later) in enumerate(combinations(ops, 2)):
+                if pairs >= MAX_PAIRS or found is not None:
+                    break
+                if first.src == later.src or _size(first) == _size(later):
+                    continue
+                send = graph.p2p_partner.get(op_key(later))
+                if send is None or _size(send) == _size(first) or _after(graph, send, first):
+                    continue
+                found = (first, send)
+        if found is not None:
+            findings.append(_finding(*found))
+    return findings
+
+
+def _size(op: Op) -> tuple[str | None, int | None]:
+    return op.dtype, op.count
+
+
+def _after(graph: ExecutionGraph, send: Op, recv: Op) -> bool:
+    """Whether ``send``'s rank issued it only after an op of ``recv``'s rank that comes
+    after ``recv`` (so ``recv`` had completed): a P2P partner or a collective slot."""
+    timeline = graph.timelines.get(send.rank)
+    if timeline is None:
+        return False
+    later_ops = {op_key(op): op for op in graph.timelines[recv.rank].ops if op.index > recv.index}
+    for op in timeline.ops:
+        if op.index >= send.index:
+            break
+        partner = graph.p2p_partner.get(op_key(op))
+        if partner is not None and op_key(partner) in later_ops:
+            return True
+        slot = graph.slot_of(op) if op.kind == "collective" else None
+        if slot is not None and any(
+            op_key(other) in later_ops for other in slot.ops.values() if other.rank == recv.rank
+        ):
+            return True
+    return False
+
+
+def _finding(recv: Op, send: Op) -> Finding:
+    return Finding(
+        kind=FindingKind.POTENTIAL_MISMATCH,
+        ranks=tuple(sorted({recv.rank, send.rank})),
+        ops=(op_ref(recv), op_ref(send)),
+        message=(
+            f"Rank {recv.rank}'s {phrase(recv)} ({where(recv)}, {recv.signature}) can take "
+            f"rank {send.rank}'s {phrase(send)} ({where(send)}, {send.signature}) when that "
+            f"message arrives first; in this run rank {recv.src}'s came first. gloo then "
+            "aborts on the size (NCCL and MPI truncate or corrupt the data)."
+        ),
+        hint=(
+            "Do not let receives from any rank of different sizes race: receive from named "
+            "sources, give each kind of message its own tag, or make every message the "
+            "same size (send the size first)."
+        ),
+        group=recv.gid,
+    )

@@ -514,3 +514,19 @@ def test_the_monitor_reads_a_long_history_into_a_bounded_model(tmp_path):
     assert outcome is not None and outcome.reason == "deadlock"
     finding = outcome.report.findings[0]
     assert finding.cycle == (0, 1) and {(o.file, o.line) for o in finding.ops} == {("train.py", 17)}
+
+
+def test_has_children_sees_a_live_child_process():
+    import subprocess
+    import sys
+
+    from dl2.live.launcher import has_children
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert has_children(os.getpid())
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert not has_children(child.pid)  # gone (and no children of its own)
+    assert not has_children(-1)

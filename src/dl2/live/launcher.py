@@ -146,6 +146,23 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
+def has_children(pid: int) -> bool:
+    """True if process ``pid`` on this host has a child process alive (Linux'
+    ``/proc/PID/task/TID/children``; False when that cannot be read)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                if handle.read().strip():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def process_alive(pid: int) -> bool:
     """True if ``pid`` runs on this host and is not a zombie."""
     if pid <= 0:

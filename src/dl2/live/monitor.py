@@ -32,6 +32,7 @@ from dl2.live.faults import recording_fault
 from dl2.live.hang import HangSuspects
 from dl2.live.hang import all_stuck
 from dl2.live.launcher import Job
+from dl2.live.launcher import has_children
 from dl2.live.launcher import process_alive
 from dl2.live.multinode import NodeLink
 from dl2.live.progress import ProgressClocks
@@ -370,8 +371,11 @@ class Monitor:
         return None
 
     def _prove(self, snapshot: Snapshot, now: float) -> Outcome | None:
+        deadlocked = snapshot.wfg.deadlocked
+        if deadlocked and self._store_keys_may_come_from_outside(snapshot):
+            deadlocked = frozenset()
         step = self.proof.observe(
-            snapshot.wfg.deadlocked,
+            deadlocked,
             self.clocks.counts,
             writing=self.tailer.partial,
             fresh=self.nodes.fresh,
@@ -382,6 +386,16 @@ class Monitor:
         if step is not Step.PROVEN:
             return None
         return self._on_deadlock(snapshot.wfg.deadlocked, snapshot, now)
+
+    def _store_keys_may_come_from_outside(self, snapshot: Snapshot) -> bool:
+        """The deadlock set waits only on store keys, and a rank here has a child process
+        alive, which may set them (a helper a rank started): no proof then; the hang
+        timeout still ends a job that stays stuck."""
+        wfg = snapshot.wfg
+        nodes = [wfg.nodes[r] for r in wfg.deadlocked]
+        if not all(c.reason == "store" for node in nodes for c in node.clauses):
+            return False
+        return any(has_children(pid) for pid in self.tailer.pids().values())
 
     def _on_deadlock(
         self, deadlocked: frozenset[int], snapshot: Snapshot, now: float

@@ -185,9 +185,13 @@ def _hint(ops: list[Op], notes: list[str]) -> str:
         )
     groups = {o.gid for o in ops if o.kind == "collective"}
     if len(groups) > 1:
+        listed = ", ".join(sorted(groups))
         return (
-            f"Collectives on groups {', '.join(sorted(groups))} are issued in different orders on "
-            "different ranks: issue them in the same order on every rank."
+            f"The ranks wait in collectives of different groups (groups {listed}): "
+            "either they issue the groups' collectives in different orders (issue them in the "
+            "same order on every rank), or a rank passes another group than its peers (the "
+            "same call with group=... on some ranks only), or a rank destroyed or skipped a "
+            "group the others still use."
         )
     if all(o.kind == "collective" for o in ops):
         return (

@@ -13,7 +13,8 @@ receive had completed: the check skips a send whose rank, before it, took part i
 operation that the receiving rank issued after that receive (a reply, a collective).
 
 Cost: per rank and (group, tag), the pairs of its wildcard receives, at most
-:data:`MAX_PAIRS` each, and for each candidate the sender's earlier ops once.
+:data:`MAX_PAIRS` each; at most :data:`MAX_CHECKS` candidates per rank read the two
+timelines (the model's window) for causality.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ __all__ = ["wildcard_size_findings"]
 
 #: pairs of wildcard receives looked at per rank and channel
 MAX_PAIRS = 256
+#: candidate sends checked for causality per rank (each check reads two timelines)
+MAX_CHECKS = 32
 
 
 def wildcard_size_findings(graph: ExecutionGraph) -> list[Finding]:
@@ -46,16 +49,19 @@ def wildcard_size_findings(graph: ExecutionGraph) -> list[Finding]:
             if op.op == "recv" and op.peer is None and op.src is not None and op.error is None:
                 channels[(op.gid, op.tag or 0)].append(op)
         found = None
+        checks = 0
         for ops in channels.values():
             for pairs, (first, later) in enumerate(combinations(ops, 2)):
-                if pairs >= MAX_PAIRS or found is not None:
+                if pairs >= MAX_PAIRS or found is not None or checks >= MAX_CHECKS:
                     break
                 if first.src == later.src or _size(first) == _size(later):
                     continue
                 send = graph.p2p_partner.get(op_key(later))
-                if send is None or _size(send) == _size(first) or _after(graph, send, first):
+                if send is None or _size(send) == _size(first):
                     continue
-                found = (first, send)
+                checks += 1
+                if not _after(graph, send, first):
+                    found = (first, send)
         if found is not None:
             findings.append(_finding(*found))
     return findings

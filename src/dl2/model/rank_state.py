@@ -170,7 +170,7 @@ class RankModel:
     __slots__ = (
         "activity_at",
         "ended",
-        "ended_at",
+        "ended_ops",
         "exit_error",
         "exit_stack",
         "last_state",
@@ -212,7 +212,7 @@ class RankModel:
         self.newgroups: list[NewGroupRecord] = []
         self.nonmember: list[NonMemberRecord] = []
         self.ended: str | None = None
-        self.ended_at = 0  # the record position of the last ``end``
+        self.ended_ops = 0  # the rank's ops before its last ``end``
         self.threads = 0  # threads of the user's code alive besides the main one
         self.exit_error: str | None = None  # the uncaught exception that ended it
         self.exit_stack: tuple[Frame, ...] = ()  # where it was raised
@@ -387,7 +387,7 @@ class RankModel:
                 if TYPE_CHECKING:
                     assert isinstance(rec, EndRecord)
                 self.ended = rec.how
-                self.ended_at = at
+                self.ended_ops = n_ops
                 self.exit_error = rec.err
                 self.exit_stack = rec.stack
             elif kind is CheckpointRecord:
@@ -401,8 +401,8 @@ class RankModel:
         self.n_records = at
         self.n_ops = n_ops
         self.activity_at = active
-        if self.ended == "destroy" and active > self.ended_at:
-            self.ended = None  # init_process_group again after destroy: it goes on
+        if self.ended == "destroy" and n_ops > self.ended_ops:
+            self.ended = None  # ops after destroy (init_process_group again): it goes on
 
     def feed_calls(self, ops: Sequence[OpRecord], wait_ids: Sequence[int]) -> None:
         """Blocking calls that follow the records fed so far: ``ops[k]`` and
@@ -447,7 +447,7 @@ class RankModel:
             add_done(st)
         self.n_ops, self.n_records, self.activity_at = n_ops, n_records, active
         if self.ended == "destroy" and ops:
-            self.ended = None  # init_process_group again after destroy: it goes on
+            self.ended = None  # ops after destroy (init_process_group again): it goes on
 
     def _store_set(self, rec: StoreRecord) -> None:
         """A store call that sets keys (set, add, ...): they exist from now on."""

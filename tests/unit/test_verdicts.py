@@ -113,6 +113,32 @@ def test_ranks_stuck_in_a_group_creation_they_all_entered_are_a_hang_naming_it()
     )
 
 
+def test_a_cycle_of_ranks_whose_heartbeat_threads_keep_them_fresh_is_named_at_the_stop():
+    # GIVEN recv/recv between the main threads of two ranks that each have a heartbeat
+    # thread alive (it all_reduces on its own group: their progress clocks stay fresh),
+    # when the user stopped dl2
+    def job(cycle: bool) -> list[RankBuilder]:
+        r0, r1, r2 = ranks(3)
+        for r in (r0, r1):
+            r.threads(1)
+        r0.call("recv", 27, peer=1, complete=False)
+        r1.call("recv", 29, peer=0 if cycle else 2, complete=False)
+        r2.state([], "python", stack=(("train.py", 40, "main"),))
+        return [r0, r1, r2]
+
+    quiet = {0: 0.1, 1: 0.1, 2: 0.1}
+    stopped = session(job(cycle=True), states={0: ALIVE, 1: ALIVE, 2: ALIVE})
+    report = analyze(_ended(stopped, "interrupted"), quiet=quiet)
+    # THEN the cycle is named (not "no rank was stuck"), hedged: the threads were alive
+    assert report.verdict is Verdict.HANG, report.findings
+    hang = report.findings[0]
+    assert hang.cycle == (0, 1) and sorted(o.line for o in hang.ops) == [27, 29]
+    assert "unless another thread" in hang.message
+    # the twin: rank 1 waits on rank 2, which runs Python: no cycle, no such claim
+    twin = session(job(cycle=False), states={0: ALIVE, 1: ALIVE, 2: ALIVE})
+    assert analyze(_ended(twin, "interrupted"), quiet=quiet).verdict is Verdict.INTERRUPTED
+
+
 def test_dl2s_hang_timeout_is_a_hang_at_once_and_a_users_interrupt_after_a_while():
     stopped = session(_rank1_outside_communication(), states={0: ALIVE, 1: ALIVE})
     report = analyze(_ended(stopped, "hang-timeout"), quiet={0: 0.5, 1: 0.5})

@@ -31,6 +31,8 @@ from dl2.analysis.describe import where
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
 from dl2.model.stuck import RankStatus
+from dl2.model.stuck import deadlock_set
+from dl2.model.stuck import shortest_cycle
 from dl2.model.stuck import strongly_connected_components
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import clause_for
@@ -204,7 +206,57 @@ def hang_findings(
         findings.extend(_rewait_findings(graph))
     if not findings:
         findings.extend(_group_creation_findings(graph, ending, quiet))
+    if not findings:
+        findings.extend(_cycle_despite_threads(graph, wfg))
     return findings
+
+
+def _cycle_despite_threads(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
+    """Ranks that were blocked waiting only on each other when the job was ended, a
+    deadlock but for their other threads of the user's code (which might have released
+    them, so nothing was proven; a thread that keeps communicating, a heartbeat, also
+    keeps their progress clock fresh)."""
+    blocked = {
+        rank: node.clauses
+        for rank, node in wfg.waiting.items()
+        if node.status is RankStatus.BLOCKED and node.clauses
+    }
+    if not blocked or not any(other_threads(graph, r) for r in blocked):
+        return []
+    free = [
+        r
+        for r in {t for clauses in blocked.values() for c in clauses for t in c.targets}
+        if r not in blocked and wfg.status(r).can_progress
+    ]
+    members = deadlock_set(blocked, free)
+    if not members:
+        return []
+    cycle = shortest_cycle({r: wfg.nodes[r].targets for r in members})
+    shown = list(cycle) if cycle else sorted(members)
+    ops = [wfg.nodes[r].clauses[0].op for r in shown]
+    parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in ops[:4]]
+    threads = sorted(r for r in members if other_threads(graph, r))
+    return [
+        Finding(
+            kind=FindingKind.HANG,
+            ranks=tuple(sorted(members)),
+            ops=tuple(op_ref(o) for o in ops),
+            message=(
+                f"{rank_list(sorted(members)).capitalize()} were blocked waiting on each "
+                f"other when the job was ended: {'; '.join(parts)}. A deadlock, unless "
+                f"another thread of {rank_list(threads)} (alive, outside these calls) "
+                "was going to release it; dl2 cannot prove that it would not."
+            ),
+            hint=(
+                "Look at the cycle's calls first (a send/recv order, a skipped collective): "
+                "a thread that keeps communicating on its own group (a heartbeat) does not "
+                "release the others."
+            ),
+            cycle=cycle,
+            group=ops[0].gid if len({o.gid for o in ops}) == 1 else None,
+            summary=f"{rank_list(sorted(members))} blocked on each other: " + "; ".join(parts[:2]),
+        )
+    ]
 
 
 def _group_creation_findings(

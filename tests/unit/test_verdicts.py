@@ -137,6 +137,14 @@ def test_a_cycle_of_ranks_whose_heartbeat_threads_keep_them_fresh_is_named_at_th
     # the twin: rank 1 waits on rank 2, which runs Python: no cycle, no such claim
     twin = session(job(cycle=False), states={0: ALIVE, 1: ALIVE, 2: ALIVE})
     assert analyze(_ended(twin, "interrupted"), quiet=quiet).verdict is Verdict.INTERRUPTED
+    # and when each rank's innermost call is its heartbeat thread's all_reduce on a group
+    # of its own, matched and about to complete (the rank then reads as running)
+    beating = job(cycle=True)
+    for r in beating[:2]:
+        r.call("all_reduce", 12, gid="7", tid=2, complete=False)
+    report = analyze(_ended(session(beating), "interrupted"), quiet=quiet)
+    assert report.verdict is Verdict.HANG, report.findings
+    assert sorted(o.line for o in report.findings[0].ops) == [27, 29]
 
 
 def test_dl2s_hang_timeout_is_a_hang_at_once_and_a_users_interrupt_after_a_while():

@@ -34,6 +34,7 @@ from dl2.model.stuck import RankStatus
 from dl2.model.stuck import deadlock_set
 from dl2.model.stuck import shortest_cycle
 from dl2.model.stuck import strongly_connected_components
+from dl2.model.wait_for import Clause
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import clause_for
 from dl2.model.wait_for import other_threads
@@ -211,6 +212,23 @@ def hang_findings(
     return findings
 
 
+def _oldest_unmet(graph: ExecutionGraph, rank: int) -> Clause | None:
+    """The clause of the rank's oldest op it waits on (a blocking call, or an async op
+    it entered a wait on) that has not completed and cannot complete yet."""
+    timeline = graph.timelines.get(rank)
+    if timeline is None:
+        return None
+    for op in timeline.ops:
+        if op.completed or op.error is not None:
+            continue
+        if op.is_async and op.waited_at is None:
+            continue
+        clause = clause_for(graph, op)
+        if clause is not None and clause.targets:
+            return clause
+    return None
+
+
 def _cycle_despite_threads(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
     """Ranks that were blocked waiting only on each other when the job was ended, a
     deadlock but for their other threads of the user's code (which might have released
@@ -221,6 +239,14 @@ def _cycle_despite_threads(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Fin
         for rank, node in wfg.waiting.items()
         if node.status is RankStatus.BLOCKED and node.clauses
     }
+    # a rank with other threads reads as its innermost open call, which may be another
+    # thread's call about to complete (a heartbeat): its oldest awaited op that cannot
+    # complete yet says what its stuck thread waits for
+    for rank in graph.timelines:
+        if rank not in blocked and other_threads(graph, rank) and not wfg.status(rank).gone:
+            clause = _oldest_unmet(graph, rank)
+            if clause is not None:
+                blocked[rank] = (clause,)
     if not blocked or not any(other_threads(graph, r) for r in blocked):
         return []
     free = [
@@ -231,9 +257,10 @@ def _cycle_despite_threads(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Fin
     members = deadlock_set(blocked, free)
     if not members:
         return []
-    cycle = shortest_cycle({r: wfg.nodes[r].targets for r in members})
+    waits = {r: tuple(sorted({t for c in blocked[r] for t in c.targets})) for r in members}
+    cycle = shortest_cycle(waits)
     shown = list(cycle) if cycle else sorted(members)
-    ops = [wfg.nodes[r].clauses[0].op for r in shown]
+    ops = [blocked[r][0].op for r in shown]
     parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in ops[:4]]
     threads = sorted(r for r in members if other_threads(graph, r))
     return [

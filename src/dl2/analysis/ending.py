@@ -213,15 +213,10 @@ def hang_findings(
 
 
 def _oldest_unmet(graph: ExecutionGraph, rank: int) -> Clause | None:
-    """The clause of the rank's oldest op it waits on (a blocking call, or an async op
-    it entered a wait on) that has not completed and cannot complete yet."""
-    timeline = graph.timelines.get(rank)
-    if timeline is None:
-        return None
-    for op in timeline.ops:
-        if op.completed or op.error is not None:
-            continue
-        if op.is_async and op.waited_at is None:
+    """The clause of the oldest op the rank is inside of or waits on, in any thread,
+    that cannot complete yet."""
+    for op in graph.open_ops(rank):
+        if op.error is not None:
             continue
         clause = clause_for(graph, op)
         if clause is not None and clause.targets:
@@ -242,7 +237,7 @@ def _cycle_despite_threads(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Fin
     # a rank with other threads reads as its innermost open call, which may be another
     # thread's call about to complete (a heartbeat): its oldest awaited op that cannot
     # complete yet says what its stuck thread waits for
-    for rank in graph.timelines:
+    for rank in graph.waiting_ranks():
         if rank not in blocked and other_threads(graph, rank) and not wfg.status(rank).gone:
             clause = _oldest_unmet(graph, rank)
             if clause is not None:

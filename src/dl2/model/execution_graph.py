@@ -245,6 +245,17 @@ class ExecutionGraph:
             found[gid] = tuple(s for s in slots if s is not None and (s.mismatched or s.missing))
         return found
 
+    def open_ops(self, rank: int) -> tuple[Op, ...]:
+        """The ops the rank is inside of, or waits on, in any thread, oldest first:
+        O(its open calls), whatever its history."""
+        self.check()
+        model = self._model.rank_model(rank)
+        if model is None:
+            return ()
+        waits, ops = model.waits, model.ops
+        found = (ops.get(waits.get(call, call)) for call in model.open_calls)
+        return tuple(st.op() for st in found if st is not None)
+
     def failed_ops(self, rank: int) -> tuple[Op, ...]:
         """The rank's ops that raised, in program order."""
         self.check()

@@ -17,6 +17,7 @@ from dl2.model.execution_graph import op_key
 from dl2.model.ops import Frame
 from dl2.model.ops import Op
 from dl2.model.stuck import RankStatus
+from dl2.model.stuck import deadlock_set
 from dl2.model.stuck import shortest_cycle
 from dl2.model.wait_for import Clause
 from dl2.model.wait_for import RankNode
@@ -374,22 +375,27 @@ def timed_out_waits(graph: ExecutionGraph) -> dict[int, tuple[Op, Clause]]:
 
 
 def timed_out_deadlock(waits: dict[int, tuple[Op, Clause]]) -> frozenset[int]:
-    """The ranks whose timed-out ops waited only on ranks whose ops timed out too (a
-    closed set): a deadlock that the timeouts broke."""
-    members = set(waits)
-    changed = True
-    while changed:
-        changed = False
-        for rank in list(members):
-            targets = waits[rank][1].targets
-            if waits[rank][1].any_of:
-                stuck = any(t in members for t in targets)
-            else:
-                stuck = all(t in members for t in targets)
-            if not stuck:
-                members.discard(rank)
-                changed = True
-    return frozenset(members)
+    """The ranks whose timed-out ops could never have completed: the graph reduction
+    (:func:`~dl2.model.stuck.deadlock_set`) of their clauses, every rank outside them
+    counted as able to progress.  A deadlock that the timeouts broke."""
+    outside = {t for _, clause in waits.values() for t in clause.targets} - waits.keys()
+    return deadlock_set({r: (clause,) for r, (_, clause) in waits.items()}, outside)
+
+
+def cycle_order(waits: Mapping[int, Sequence[int]]) -> tuple[tuple[int, ...], list[int]]:
+    """The shortest wait cycle among ``waits`` (rank -> the ranks it waits on), and the
+    ranks to show: the cycle's, else all of them ascending."""
+    cycle = shortest_cycle(waits)
+    return cycle, list(cycle) if cycle else sorted(waits)
+
+
+def waiting_parts(ops: Sequence[Op], limit: int) -> list[str]:
+    """``rank 0 in recv from rank 1 (train.py:7)`` for the first ``limit`` ops, then
+    how many more."""
+    parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in ops[:limit]]
+    if len(ops) > limit:
+        parts.append(f"{len(ops) - limit} more")
+    return parts
 
 
 def timed_out_deadlock_findings(graph: ExecutionGraph) -> list[Finding]:
@@ -400,12 +406,9 @@ def timed_out_deadlock_findings(graph: ExecutionGraph) -> list[Finding]:
     members = timed_out_deadlock(waits)
     if not members:
         return []
-    cycle = shortest_cycle({r: waits[r][1].targets for r in members})
-    shown = list(cycle) if cycle else sorted(members)
+    cycle, shown = cycle_order({r: waits[r][1].targets for r in members})
     ops = [waits[r][0] for r in shown]
-    parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in ops[:4]]
-    if len(ops) > 4:
-        parts.append(f"{len(ops) - 4} more")
+    parts = waiting_parts(ops, 4)
     return [
         Finding(
             kind=FindingKind.DEADLOCK,
@@ -473,8 +476,7 @@ _PEER_ERRORS = (
     "broken pipe",
     "read error",
     "write error",
-    "timed out",
-    "timeout",
+    *TIMEOUT_ERRORS,
 )
 
 

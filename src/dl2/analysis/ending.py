@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dl2.analysis.deadlock import WHERE_TEXT
+from dl2.analysis.deadlock import cycle_order
 from dl2.analysis.deadlock import suspect_stack
 from dl2.analysis.deadlock import suspect_where
 from dl2.analysis.deadlock import timed_out_deadlock
 from dl2.analysis.deadlock import timed_out_waits
+from dl2.analysis.deadlock import waiting_parts
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
@@ -32,7 +34,6 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.ops import Op
 from dl2.model.stuck import RankStatus
 from dl2.model.stuck import deadlock_set
-from dl2.model.stuck import shortest_cycle
 from dl2.model.stuck import strongly_connected_components
 from dl2.model.wait_for import Clause
 from dl2.model.wait_for import WaitForGraph
@@ -172,9 +173,7 @@ def hang_findings(
     for key, stuck in groups.items():
         roots = list(key)  # the ranks outside communication they wait on
         ops = [wfg.nodes[r].clauses[0].op for r in stuck]
-        parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in ops[:3]]
-        if len(ops) > 3:
-            parts.append(f"{len(ops) - 3} more")
+        parts = waiting_parts(ops, 3)
         waited = "; ".join(_root_text(graph, wfg, r) for r in roots[:3])
         long = [quiet[r] for r in stuck if r in quiet]
         during = f" for {max(long):.0f} s" if long and max(long) >= 1 else ""
@@ -252,11 +251,11 @@ def _cycle_despite_threads(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Fin
     members = deadlock_set(blocked, free)
     if not members:
         return []
-    waits = {r: tuple(sorted({t for c in blocked[r] for t in c.targets})) for r in members}
-    cycle = shortest_cycle(waits)
-    shown = list(cycle) if cycle else sorted(members)
+    cycle, shown = cycle_order(
+        {r: tuple(sorted({t for c in blocked[r] for t in c.targets})) for r in members}
+    )
     ops = [blocked[r][0].op for r in shown]
-    parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in ops[:4]]
+    parts = waiting_parts(ops, 4)
     threads = sorted(r for r in members if other_threads(graph, r))
     return [
         Finding(

@@ -170,26 +170,27 @@ def p2p_findings(graph: ExecutionGraph, job_ended: bool) -> list[Finding]:
     return findings
 
 
-def _open_wildcard_that_took(graph: ExecutionGraph, send: Op) -> Op | None:
+def _open_wildcard_that_took(
+    graph: ExecutionGraph, send: Op, open_any: dict[int, list[Op]]
+) -> Op | None:
     """The receiver's wildcard recv that a completed, unmatched send went to: the
     receiver's only recv from any rank (same group and tag) left open, its sender never
-    recorded (its rank died inside it: gloo aborts on a size difference)."""
+    recorded (its rank died inside it: gloo aborts on a size difference).  ``open_any``
+    caches each receiver's open wildcards (its P2P ops are read once)."""
     if not send.completed or send.eager or send.peer is None:
         return None  # an eager send completes without its receive
     timeline = graph.timelines.get(send.peer)
     if timeline is None or timeline.ended is not None:
         return None
-    open_any = [
-        op
-        for op in graph.p2p_ops(send.peer)
-        if op.op == "recv"
-        and op.peer is None
-        and op.src is None
-        and not op.completed
-        and op.gid == send.gid
-        and (op.tag or 0) == (send.tag or 0)
-    ]
-    return open_any[0] if len(open_any) == 1 else None
+    wildcards = open_any.get(send.peer)
+    if wildcards is None:
+        wildcards = open_any[send.peer] = [
+            op
+            for op in graph.p2p_ops(send.peer)
+            if op.op == "recv" and op.peer is None and op.src is None and not op.completed
+        ]
+    found = [op for op in wildcards if op.gid == send.gid and (op.tag or 0) == (send.tag or 0)]
+    return found[0] if len(found) == 1 else None
 
 
 def p2p_mismatch_findings(graph: ExecutionGraph) -> list[Finding]:
@@ -199,11 +200,14 @@ def p2p_mismatch_findings(graph: ExecutionGraph) -> list[Finding]:
     same-size dtype difference; either way the pair is wrong.
     """
     findings: list[Finding] = []
+    open_any: dict[int, list[Op]] = {}
     for rank in sorted(graph.timelines):
         for send in graph.p2p_ops(rank):
             if send.op != "send":
                 continue
-            recv = graph.p2p_partner.get(op_key(send)) or _open_wildcard_that_took(graph, send)
+            recv = graph.p2p_partner.get(op_key(send)) or _open_wildcard_that_took(
+                graph, send, open_any
+            )
             if recv is None:
                 continue
             differing = [

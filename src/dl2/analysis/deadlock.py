@@ -33,9 +33,9 @@ _ORPHAN_HINT = (
 )
 _DDP_HINT = " DDP issued this collective from backward: for uneven inputs use `with model.join():`."
 _DDP_FORWARD_HINT = (
-    " DDP issued this broadcast from forward (its buffers, broadcast_buffers=True): a "
-    "forward pass on some ranks only (an evaluation on rank 0) must go through "
-    "model.module, or run on every rank."
+    " DDP broadcasts from C++ when it is built (its parameters) and in every forward pass "
+    "(its buffers, broadcast_buffers=True): build the DDP model on every rank, and run a "
+    "forward pass on some ranks only (an evaluation on rank 0) through model.module."
 )
 
 

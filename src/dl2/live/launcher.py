@@ -12,16 +12,20 @@ traces into a run directory of its own, ``dl2-runs/<time>-<label>`` by default.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dl2
 from dl2.errors import ConfigError
@@ -94,6 +98,8 @@ class Job:
         self.procs = procs
         self.ranked = ranked
         self.stopped_by_dl2 = False
+        #: the job's c10d store server when dl2 hosts it (kept alive with the job)
+        self.store: Any = None
 
     def poll(self) -> dict[int, int | None]:
         """key -> exit status (None while running)."""
@@ -181,6 +187,16 @@ def process_alive(pid: int) -> bool:
         return True
 
 
+def host_store(port: int, world_size: int) -> Any:
+    """The job's c10d store server on 127.0.0.1:``port``, hosted in this process as
+    torchrun's agent hosts it (imports torch; it serves until the object is dropped)."""
+    from torch.distributed import TCPStore
+
+    return TCPStore(
+        "127.0.0.1", port, world_size, True, timedelta(seconds=60), wait_for_workers=False
+    )
+
+
 def launch_ranks(
     script: str,
     args: Sequence[str],
@@ -189,12 +205,30 @@ def launch_ranks(
     extra_env: Mapping[str, str] | None = None,
 ) -> Job:
     """Start ``nproc`` ranks of a Python script like ``torchrun --standalone``
-    (``extra_env``: more variables for every rank, e.g. ``DL2_BUFFER_SIZE``)."""
+    (``extra_env``: more variables for every rank, e.g. ``DL2_BUFFER_SIZE``).
+
+    As under torchrun, the job's store is not rank 0's: dl2 hosts it
+    (``TORCHELASTIC_USE_AGENT_STORE``), so that it outlives any rank, and a process
+    group created again after ``destroy_process_group`` meets a store of the same kind
+    as under torchrun (with rank 0 hosting it, such a re-init can hang where torchrun's
+    job passes).
+    """
     if not Path(script).is_file():
         raise LaunchError(f"script not found: {script}")
     if nproc < 1:
         raise LaunchError(f"-n must be at least 1, not {nproc}")
     port = str(free_port())
+    agent = importlib.util.find_spec("torch") is not None
+    elastic = (
+        {
+            "TORCHELASTIC_USE_AGENT_STORE": str(True),
+            "TORCHELASTIC_RESTART_COUNT": "0",
+            "TORCHELASTIC_MAX_RESTARTS": "0",
+            "TORCHELASTIC_RUN_ID": uuid.uuid4().hex,
+        }
+        if agent
+        else {}
+    )
     procs: dict[int, subprocess.Popen[bytes]] = {}
     for rank in range(nproc):
         env = recorder_env(
@@ -209,6 +243,7 @@ def launch_ranks(
                 "WORLD_SIZE": str(nproc),
                 "LOCAL_WORLD_SIZE": str(nproc),
                 "ROLE_WORLD_SIZE": str(nproc),
+                **elastic,
                 **(extra_env or {}),
             },
         )
@@ -219,7 +254,18 @@ def launch_ranks(
         except OSError as err:
             Job(procs, ranked=True).stop()
             raise LaunchError(f"cannot start rank {rank}: {err.strerror}") from None
-    return Job(procs, ranked=True)
+    job = Job(procs, ranked=True)
+    if agent:
+        # after the ranks started: torch imports here while it imports there, and a
+        # rank's store client waits for the server
+        try:
+            job.store = host_store(int(port), nproc)
+        except BaseException as err:
+            job.stop()
+            if isinstance(err, Exception):
+                raise LaunchError(f"cannot host the job's store on 127.0.0.1:{port}: {err}") from None
+            raise
+    return job
 
 
 def launch_command(

@@ -263,7 +263,8 @@ def launch_ranks(
         except BaseException as err:
             job.stop()
             if isinstance(err, Exception):
-                raise LaunchError(f"cannot host the job's store on 127.0.0.1:{port}: {err}") from None
+                why = f"cannot host the job's store on 127.0.0.1:{port}: {err}"
+                raise LaunchError(why) from None
             raise
     return job
 

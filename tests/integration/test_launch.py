@@ -1,4 +1,4 @@
-"""``dl2 run -n``: ranks started like ``torchrun --standalone``."""
+"""``dl2 run``: how it starts a job (like ``torchrun --standalone``) and when it ends one."""
 
 from __future__ import annotations
 
@@ -18,3 +18,21 @@ def test_the_job_store_outlives_rank_0_as_under_torchrun(dl2_bin: Path, tmp_path
     assert "Connection reset" not in run.output, run.output
     assert run.returncode == 0, run.output
     assert run.report["verdict"] == "ok", run.output
+
+
+@pytest.mark.timeout(150)
+def test_a_cycle_hidden_by_a_heartbeat_thread_ends_at_the_hang_timeout(
+    dl2_bin: Path, tmp_path: Path
+) -> None:
+    case = CASES / "case_heartbeat_cycle.py"
+    line = next(
+        i for i, s in enumerate(case.read_text().splitlines(), 1) if s.startswith("dist.recv")
+    )
+    run = dl2_run(dl2_bin, tmp_path / "run", ["--hang-timeout", "5", "-n", "2", str(case)], 100)
+    assert run.returncode == 3, run.output
+    report = run.report
+    assert report["verdict"] == "hang", run.output
+    (finding,) = report["findings"]
+    assert finding["kind"] == "hang", run.output
+    assert {(o["rank"], o["line"]) for o in finding["ops"]} == {(0, line), (1, line)}
+    assert any("sat blocked on each other for 5 s" in w for w in report["warnings"]), run.output

@@ -207,7 +207,7 @@ def hang_findings(
     if not findings:
         findings.extend(_group_creation_findings(graph, ending, quiet))
     if not findings:
-        findings.extend(_cycle_despite_threads(graph, wfg))
+        findings.extend(cycle_despite_threads(graph, wfg))
     return findings
 
 
@@ -223,7 +223,7 @@ def _oldest_unmet(graph: ExecutionGraph, rank: int) -> Clause | None:
     return None
 
 
-def _cycle_despite_threads(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
+def cycle_despite_threads(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
     """Ranks that were blocked waiting only on each other when the job was ended, a
     deadlock but for their other threads of the user's code (which might have released
     them, so nothing was proven; a thread that keeps communicating, a heartbeat, also

@@ -47,13 +47,14 @@ def conclude(
 ) -> Report:
     """Finish, show and save the report of a monitored run; returns it as shown.
 
-    The monitor's notes and ``stop_notes[outcome.reason]`` (why dl2 stopped the job)
+    The monitor's notes and why dl2 stopped the job (``outcome.stop_note``, else
+    ``stop_notes[outcome.reason]``)
     become warnings; a job that failed or was stopped is never ``ok`` (``hang`` when
     dl2's hang timeout stopped it, else ``job-failed``).  The report is
     printed, written to ``json_path`` if given and always to ``run_dir/report.json``,
     and drawn in ``run_dir/report.html`` (:func:`write_html_quietly`).
     """
-    why = stop_notes.get(outcome.reason)
+    why = outcome.stop_note or stop_notes.get(outcome.reason)
     extra = [*outcome.notes, *([why] if why is not None else [])]
     if extra:
         report = replace(report, warnings=(*report.warnings, *extra))

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from dl2.analysis import analyze
+from dl2.analysis.ending import cycle_despite_threads
 from dl2.live.faults import recording_fault
 from dl2.live.hang import HangSuspects
 from dl2.live.hang import all_stuck
@@ -120,6 +121,7 @@ class Outcome:
         quiet: seconds since each rank's last progress, at the end.
         graph: the execution graph of the traces as last read (for the HTML report's
             timeline); nothing reads the traces after it was taken.
+        stop_note: why dl2 stopped the job, when more is known than ``reason`` says.
     """
 
     report: Report | None
@@ -134,6 +136,7 @@ class Outcome:
     states: Mapping[int, str] | None = None
     quiet: Mapping[int, float] | None = None
     graph: ExecutionGraph | None = None
+    stop_note: str | None = None
 
 
 class Monitor:
@@ -169,6 +172,8 @@ class Monitor:
         self.notes: list[str] = []
         self.clocks = ProgressClocks(time.monotonic())
         self.snapshots = Snapshots()
+        #: rank -> (its oldest open call, when the monitor first saw it open)
+        self._oldest_calls: dict[int, tuple[int, float]] = {}
         self.proof = DeadlockProof()
         self.suspects = HangSuspects(self.notice)
         self.nodes = NodeLink(
@@ -352,7 +357,7 @@ class Monitor:
         ]
         if not quiet_blocked:
             self.proof.reset()
-            return None
+            return self._stalled_cycle(now, states)
         model = self.tailer.model
         key = (model.version, tuple(sorted(states.items())))
         snapshot = self.snapshots.take(key, now, self.tailer.traces, states, model)
@@ -368,7 +373,39 @@ class Monitor:
             and all_stuck(snapshot, states)
         ):
             return self._hang_timeout(snapshot, states)
-        return None
+        return self._stalled_cycle(now, states)
+
+    def _stalled_cycle(self, now: float, states: dict[int, str]) -> Outcome | None:
+        """The hang timeout of ranks blocked on each other while another of their
+        threads keeps communicating (a heartbeat): their progress hides the hang from
+        the job-wide clock, so each rank's oldest open call is aged on its own, and a
+        cycle of calls all open for ``hang_timeout`` seconds ends the job as a hang."""
+        model = self.tailer.model
+        oldest: dict[int, tuple[int, float]] = {}
+        for rank in self.tailer.possibly_blocked():
+            rank_model = model.rank_model(rank)
+            if rank_model is None or not rank_model.open_calls:
+                continue
+            call = next(iter(rank_model.open_calls))
+            seen = self._oldest_calls.get(rank)
+            oldest[rank] = seen if seen is not None and seen[0] == call else (call, now)
+        self._oldest_calls = oldest
+        aged = {r for r, (_, since) in oldest.items() if now - since >= self.options.hang_timeout}
+        if not aged:
+            return None
+        key = (model.version, tuple(sorted(states.items())))
+        snapshot = self.snapshots.take(key, now, self.tailer.traces, states, model)
+        if snapshot is None:
+            return None
+        found = cycle_despite_threads(snapshot.graph, snapshot.wfg)
+        if not found or not set(found[0].ranks) <= aged:
+            return None
+        note = (
+            f"dl2 stopped the job: {ranks_text(found[0].ranks)} sat blocked on each "
+            f"other for {self.options.hang_timeout:g} s while other threads of theirs kept "
+            "communicating"
+        )
+        return self._hang_timeout(snapshot, states, note)
 
     def _prove(self, snapshot: Snapshot, now: float) -> Outcome | None:
         deadlocked = snapshot.wfg.deadlocked
@@ -435,7 +472,9 @@ class Monitor:
             graph=self.tailer.model.graph(),
         )
 
-    def _hang_timeout(self, snapshot: Snapshot, states: Mapping[int, str]) -> Outcome:
+    def _hang_timeout(
+        self, snapshot: Snapshot, states: Mapping[int, str], note: str | None = None
+    ) -> Outcome:
         if self.nodes.sharing:  # the other nodes get this snapshot's report
             report = self.analyze(snapshot.session, snapshot)
             self.nodes.publish(
@@ -449,10 +488,10 @@ class Monitor:
                 report,
             )
         self.stop_job()
-        return self._final("hang-timeout")
+        return self._final("hang-timeout", note)
 
     # -- the end ------------------------------------------------------------------------
-    def _final(self, reason: str) -> Outcome:
+    def _final(self, reason: str, stop_note: str | None = None) -> Outcome:
         if not self._frozen:
             self.tailer.refresh()
             self._note_progress(time.monotonic())
@@ -468,4 +507,5 @@ class Monitor:
             states=dict(session.process_states),
             quiet=self.quiet(time.monotonic()),
             graph=self.tailer.model.graph(),
+            stop_note=stop_note,
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ def _page_of(case: Case, workdir: Path, fresh: bool, rerender: bool) -> Path:
     run_dir = workdir / f"run-{case.name}"
     page = run_dir / "report.html"
     if fresh or not run_dir.exists():
-        page.unlink(missing_ok=True)
+        shutil.rmtree(run_dir, ignore_errors=True)  # dl2 run refuses a used run directory
         run_dl2(case, workdir)
         print(f"  ran {case.name}: {'report.html' if page.exists() else 'NO report.html'}")
     elif rerender:

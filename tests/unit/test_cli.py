@@ -33,6 +33,26 @@ def test_bad_input_is_one_line_and_status_2(argv, message, capsys, tmp_path, mon
     assert "Traceback" not in err
 
 
+def test_a_run_dir_that_holds_a_run_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.py").write_text("")
+    used = tmp_path / "old-run"
+    used.mkdir()
+    (used / "rank00000.123.dl2.jsonl").write_text("")
+    assert main(["run", "--run-dir", str(used), "-n", "1", "job.py"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "already holds a run's traces (rank00000.123.dl2.jsonl)" in err
+    assert len(err.splitlines()) == 1
+    assert sorted(p.name for p in used.iterdir()) == ["rank00000.123.dl2.jsonl"]
+
+
+def test_n_and_a_command_together_are_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "job.py").write_text("")
+    assert main(["run", "-n", "2", "--", "torchrun", "job.py"]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
 def test_empty_run_dir(tmp_path, capsys):
     assert main(["analyze", str(tmp_path)]) == 2
     assert "no dl2 trace files" in capsys.readouterr().err
@@ -79,3 +99,63 @@ def test_dump_names_a_corrupt_record_where_it_stands(tmp_path, capsys):
     assert out[1].startswith(f"# {path}:{at + 1}: corrupt record skipped")
     kinds = [line.split('"k": "')[1].split('"')[0] for line in out if not line.startswith("#")]
     assert kinds == ["header", "op", "ret", "wait", "ret", "end"]
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(tmp_path, capsys, monkeypatch):
+    import os
+
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    (r0,) = ranks(1)
+    for _ in range(50):
+        r0.call("all_reduce", 5, count=4)
+    r0.end()
+    path = next(write_run_dir([r0], tmp_path).glob("*.dl2.jsonl"))
+    read, write = os.pipe()
+    os.close(read)  # `dl2 dump FILE | head -c 1`: head has exited
+    out = open(write, "w")  # noqa: SIM115
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["dump", str(path)]) == 141
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("rank", "world", "why"),
+    [(5, 2, "rank 5 of a world of 2"), (-1, 2, "rank -1"), (0, 1 << 40, "a world of")],
+)
+def test_a_header_with_impossible_numbers_is_skipped_in_one_line(
+    rank, world, why, tmp_path, capsys
+):
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 5, count=4)
+    r1.call("all_reduce", 5, count=4)
+    run = write_run_dir([r0, r1], tmp_path)
+    bad = sorted(run.glob("*.dl2.jsonl"))[1]
+    head, rest = bad.read_text().split("\n", 1)
+    head = head.replace('"rank":1,', f'"rank":{rank},').replace(
+        '"world_size":2,', f'"world_size":{world},'
+    )
+    bad.write_text(head + "\n" + rest)
+    code = main(["analyze", str(run)])
+    err = capsys.readouterr()
+    assert code in (3, 5), err
+    assert "Traceback" not in err.err
+    assert why in err.out + err.err
+
+
+def test_an_undecodable_byte_in_a_file_name_does_not_make_the_trace_unreadable(tmp_path, capsys):
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    name = "/home/u/caf\udce9/train.py"  # a Latin-1 byte in a UTF-8 locale, as os reads it
+    r0, r1 = ranks(2, file=name)
+    r0.call("all_reduce", 7, count=4, complete=False)
+    r1.call("broadcast", 9, count=4, root=0, complete=False)
+    assert main(["analyze", str(write_run_dir([r0, r1], tmp_path)), "-r", "json"]) == 3
+    out = capsys.readouterr()
+    assert "skipped" not in out.err
+    assert "caf\ufffd/train.py" in out.out

@@ -276,8 +276,8 @@ def test_world_ranks() -> None:
 
 
 def test_the_wait_for_graph_covers_every_rank_of_the_world() -> None:
-    # GIVEN traces of ranks 0 and 3 whose headers say the world has 2 ranks
-    r0, r3 = RankBuilder(0, 2), RankBuilder(3, 2)
+    # GIVEN traces of ranks 0 and 3 whose headers disagree on the world's size (2, 4)
+    r0, r3 = RankBuilder(0, 2), RankBuilder(3, 4)
     r0.call("recv", 10, peer=3, complete=False)
     wfg = wait_for([r0, r3])
     assert sorted(wfg.nodes) == [0, 1, 2, 3]

@@ -26,7 +26,7 @@ from dl2.cli.output import conclude
 from dl2.cli.output import emit
 from dl2.cli.output import exit_status
 from dl2.errors import ConfigError
-from dl2.live.launcher import new_run_dir
+from dl2.live.launcher import prepare_run_dir
 from dl2.live.monitor import MonitorOptions
 from dl2.live.monitor import Outcome
 from dl2.model.execution_graph import build_execution_graph
@@ -79,7 +79,7 @@ class ReplayCommand:
         config, notes = _config(args.buffer_size, witness, session)
         plan = build_replay_plan(graph, witness)
         label = "replay-" + (Path(args.run_dir).resolve().name or "run")
-        replay_dir = Path(args.replay_dir) if args.replay_dir else new_run_dir(label)
+        replay_dir = prepare_run_dir(args.replay_dir, label)
         _print_forced(args.run_dir, replay_dir, plan, config, witness, notes)
         options = MonitorOptions(
             poll_interval=args.poll_interval,

@@ -109,6 +109,11 @@ class RunCommand:
     def run(self, args: argparse.Namespace) -> int:
         target = list(args.target)
         if target and target[0] == "--":
+            if args.nproc is not None:
+                raise ConfigError(
+                    "give either -n N SCRIPT.py (dl2 starts the ranks) or -- COMMAND "
+                    "(a launcher starts them), not both"
+                )
             target = target[1:]
         if not target:
             raise ConfigError("nothing to run: give -n N SCRIPT.py or -- COMMAND")

@@ -30,6 +30,7 @@ from typing import Any
 import dl2
 from dl2.errors import ConfigError
 from dl2.errors import LaunchError
+from dl2.trace.format import TRACE_SUFFIX
 
 BOOTSTRAP_DIR = Path(dl2.__file__).parent / "_bootstrap"
 #: where run directories go unless the user names one (under the working directory)
@@ -52,14 +53,25 @@ def new_run_dir(label: str, base: Path = RUNS_DIR) -> Path:
 
 
 def prepare_run_dir(given: str | None, label: str) -> Path:
-    """The directory ``--run-dir`` names (created if missing), else :func:`new_run_dir`."""
+    """The directory ``--run-dir`` names (created if missing), else :func:`new_run_dir`.
+
+    Raises:
+        ConfigError: it cannot be created, or it holds another run's traces (the
+            monitor reads every trace file of its run directory: an old run's would be
+            taken for this job's, and two runs sharing one would blind each other).
+    """
     if not given:
         return new_run_dir(label)
     run_dir = Path(given)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
+        used = next((p.name for p in run_dir.iterdir() if p.name.endswith(TRACE_SUFFIX)), None)
     except OSError as err:
         raise ConfigError(f"cannot create run directory {run_dir}: {err.strerror}") from None
+    if used is not None:
+        raise ConfigError(
+            f"{run_dir} already holds a run's traces ({used}); give a new or empty directory"
+        )
     return run_dir
 
 

@@ -117,7 +117,14 @@ def _resume(enc: StreamEncoder, cp: CheckpointRecord, me: int) -> None:
 def snapshot(enc: StreamEncoder, t: int, segment: int) -> CheckpointRecord:
     """The checkpoint ``enc`` writes at ``t`` to start ``segment``, read back."""
     header = encode.header_line(
-        rank=enc.me, world_size=0, pid=0, host="", t0=enc.t0, wall=0, dl2="", segment=segment
+        rank=enc.me,
+        world_size=enc.me + 1,
+        pid=0,
+        host="",
+        t0=enc.t0,
+        wall=0,
+        dl2="",
+        segment=segment,
     )
     records = TraceReader("checkpoint").feed((header + enc.start_segment(segment, t)).encode())
     checkpoint = records[0]

@@ -138,7 +138,10 @@ def discover_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
         raise NoDataError(f"{path}: no such run directory")
     if not path.is_dir():
         raise NoDataError(f"{path}: not a directory (give the run directory, not a file)")
-    return sorted(p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIX))
+    try:
+        return sorted(p for p in path.iterdir() if p.name.endswith(TRACE_SUFFIX))
+    except OSError as err:
+        raise NoDataError(f"{path}: cannot list the run directory: {err.strerror}") from None
 
 
 def group_streams(files: list[Path]) -> list[list[Path]]:

@@ -107,12 +107,37 @@ class Header(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k",
 _ANY = msgspec.json.Decoder()
 
 
+#: a pair of UTF-16 surrogate escapes, or one alone
+_SURROGATES = re.compile(
+    rb"\\u(d[89ab][0-9a-f]{2})\\u(d[c-f][0-9a-f]{2})|\\u(d[89a-f][0-9a-f]{2})", re.I
+)
+
+
+def mend_surrogates(line: bytes) -> bytes | None:
+    """The line with each lone surrogate escape (``\\udce9``) replaced by U+FFFD, or
+    None if it has none.
+
+    Python's ``json.dumps`` writes a string that holds an undecodable byte of a file
+    name or an argument (``surrogateescape``) as a lone surrogate, which strict JSON
+    decoders (msgspec) reject; such a line is read again mended, on the error path only.
+    """
+    if b"\\u" not in line:
+        return None
+    mended = _SURROGATES.sub(lambda m: m.group(0) if m.group(3) is None else rb"\ufffd", line)
+    return mended if mended != line else None
+
+
 def _generic(line: bytes) -> Any:
     """The line as plain JSON values, or None if it is not JSON."""
     try:
         return _ANY.decode(line)
     except (msgspec.DecodeError, RecursionError):
-        return None
+        mended = mend_surrogates(line)
+        return None if mended is None else _generic(mended)
+
+
+#: the largest world a header may give (a recorder writes its default group's size)
+MAX_WORLD_SIZE = 1 << 22
 
 
 def decode_header(line: bytes) -> Header:
@@ -130,8 +155,11 @@ def decode_header(line: bytes) -> Header:
             f"trace format version {version}, this dl2 reads version {FORMAT_VERSION}; "
             "analyse it with the dl2 version that recorded it"
         )
-    if not isinstance(raw.get("rank"), int) or not isinstance(raw.get("world_size"), int):
+    rank, world = raw.get("rank"), raw.get("world_size")
+    if not isinstance(rank, int) or not isinstance(world, int):
         raise CorruptRecord("header lacks rank or world_size")
+    if not 0 < world <= MAX_WORLD_SIZE or not 0 <= rank < world:
+        raise CorruptRecord(f"corrupt header (rank {rank} of a world of {world})")
     try:
         return msgspec.convert(raw, Header)
     except msgspec.ValidationError as err:

@@ -22,6 +22,7 @@ from dl2.trace.schema.decode import CorruptRecord
 from dl2.trace.schema.decode import Frame
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import UnknownRecord
+from dl2.trace.schema.decode import mend_surrogates
 
 #: The fields of an ``op`` record that an op description (a ``d`` line) holds: all but
 #: those that change from op to op, and the stack, which the description names by id.
@@ -260,6 +261,9 @@ def decode_line(line: bytes) -> Line | UnknownRecord:
             return UnknownRecord(raw[0])
         raise CorruptRecord(str(err)) from None
     except (msgspec.DecodeError, RecursionError) as err:
+        mended = mend_surrogates(line)
+        if mended is not None:
+            return decode_line(mended)
         raise CorruptRecord(str(err)) from None
 
 

@@ -159,3 +159,51 @@ def test_an_undecodable_byte_in_a_file_name_does_not_make_the_trace_unreadable(t
     out = capsys.readouterr()
     assert "skipped" not in out.err
     assert "caf\ufffd/train.py" in out.out
+
+
+def test_analyze_reads_what_the_live_monitor_read_when_dl2_stopped_the_job(tmp_path, capsys):
+    import json
+
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    # GIVEN a recv/recv deadlock, after which (while dl2 stopped the job) rank 1's recv
+    # failed as rank 0 died first, and rank 1's exit hook wrote its end record
+    r0, r1 = ranks(2)
+    r0.call("recv", 10, peer=1, complete=False)
+    recv = r1.call("recv", 12, peer=0, complete=False)
+    r1.ret(recv + 1, err="RuntimeError: Connection closed by peer")
+    r1.end()
+    run = write_run_dir([r0, r1], tmp_path / "run")
+    files = sorted(run.glob("*.dl2.jsonl"))
+    read = {f.name: f.stat().st_size for f in files}
+    lines = files[1].read_bytes().splitlines(keepends=True)
+    read[files[1].name] -= len(lines[-1]) + len(lines[-2])  # the monitor stopped before these
+    meta = {"reason": "deadlock", "ranks": {"0": {"state": "alive"}, "1": {"state": "alive"}}}
+    (run / "run.json").write_text(json.dumps({**meta, "read_upto": read}))
+    # THEN dl2 analyze gives the live verdict, as the monitor read the traces
+    assert main(["analyze", str(run)]) == 3
+    assert "DEADLOCK" in capsys.readouterr().out
+    from dl2.trace.session import load_session  # the path of export, predict, replay
+
+    kinds = [r.kind for r in load_session(run).traces[1].records]
+    assert "end" not in kinds
+    # (and the records written after the stop would have told another story)
+    (run / "run.json").write_text(json.dumps(meta))
+    assert main(["analyze", str(run)]) != 3
+
+
+@pytest.mark.parametrize("meta", ['{"reason": "deadl', '[1, 2]', '{"ranks": {"0": 3, "x": {}}}'])
+def test_a_damaged_run_json_leaves_the_traces_analysed(meta, tmp_path, capsys):
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    r0, r1 = ranks(2)
+    r0.call("recv", 10, peer=1, complete=False)
+    r1.call("recv", 12, peer=0, complete=False)
+    run = write_run_dir([r0, r1], tmp_path / "run")
+    (run / "run.json").write_text(meta)
+    assert main(["analyze", str(run)]) == 3
+    out = capsys.readouterr()
+    assert "Traceback" not in out.err
+    assert "DEADLOCK" in out.out

@@ -225,6 +225,8 @@ def _write_meta(
         "deadlock_ranks": list(outcome.deadlocked),
         "notes": list(outcome.notes),
     }
+    if outcome.read_upto is not None:  # a later analysis reads what this one read
+        meta["read_upto"] = dict(outcome.read_upto)
     if outcome.remote is not None:
         meta["verdict"] = outcome.remote.get("verdict")
         meta["reported_by"] = {

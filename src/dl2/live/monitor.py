@@ -122,6 +122,8 @@ class Outcome:
         graph: the execution graph of the traces as last read (for the HTML report's
             timeline); nothing reads the traces after it was taken.
         stop_note: why dl2 stopped the job, when more is known than ``reason`` says.
+        read_upto: when dl2 stopped the job, file name -> the bytes of it read then
+            (all the analysis read: see :func:`dl2.trace.session.read_limits`).
     """
 
     report: Report | None
@@ -137,6 +139,7 @@ class Outcome:
     quiet: Mapping[int, float] | None = None
     graph: ExecutionGraph | None = None
     stop_note: str | None = None
+    read_upto: Mapping[str, int] | None = None
 
 
 class Monitor:
@@ -187,6 +190,7 @@ class Monitor:
         )
         self._alive_at_stop: set[int] = set()
         self._frozen = False  # dl2 stopped the job: what ranks write after is not read
+        self._read_upto: dict[str, int] | None = None  # the bytes read of each file then
         self._reported: frozenset[int] = frozenset()
         self._degraded: str | None = None
         self._failed_at: float | None = None
@@ -263,6 +267,7 @@ class Monitor:
             self.tailer.refresh()
             self._note_progress(time.monotonic())
             self._frozen = True
+            self._read_upto = self.tailer.offsets()
         states = self.process_states()
         self._alive_at_stop = {r for r, s in states.items() if s == ALIVE}
         self.job.stop(
@@ -508,4 +513,5 @@ class Monitor:
             quiet=self.quiet(time.monotonic()),
             graph=self.tailer.model.graph(),
             stop_note=stop_note,
+            read_upto=self._read_upto,
         )

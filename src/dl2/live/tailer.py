@@ -326,6 +326,10 @@ class TraceTailer:
             if e.partial_since is not None and now - e.partial_since >= after
         }
 
+    def offsets(self) -> dict[str, int]:
+        """File name -> the bytes of it read so far, for every file of this node."""
+        return {e.name: e.offset for e in self._files.values() if e.path is not None}
+
     def pids(self) -> dict[int, int]:
         """rank -> pid of the process that writes its trace (local files only)."""
         return {

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,8 +210,8 @@ class TraceReader:
         )
 
 
-def read_trace_file(path: str | os.PathLike[str]) -> RankTrace:
-    """Read one trace file (one segment).
+def read_trace_file(path: str | os.PathLike[str], limit: int | None = None) -> RankTrace:
+    """Read one trace file (one segment), its first ``limit`` bytes if given.
 
     Raises:
         TraceFormatError: the file is empty, foreign, of another version, or its header
@@ -218,7 +219,8 @@ def read_trace_file(path: str | os.PathLike[str]) -> RankTrace:
     """
     name = str(path)
     try:
-        data = Path(name).read_bytes()
+        with open(name, "rb") as handle:
+            data = handle.read(-1 if limit is None else limit)
     except OSError as err:
         raise TraceFormatError(f"{name}: cannot read trace file: {err.strerror}") from None
     if not data:
@@ -229,8 +231,12 @@ def read_trace_file(path: str | os.PathLike[str]) -> RankTrace:
     return reader.trace(reader.feed(data))
 
 
-def read_trace_stream(paths: Sequence[str | os.PathLike[str]]) -> RankTrace:
-    """Read the segments of one rank's process as one trace (see :func:`join_segments`).
+def read_trace_stream(
+    paths: Sequence[str | os.PathLike[str]], limits: Mapping[str, int] | None = None
+) -> RankTrace:
+    """Read the segments of one rank's process as one trace (see :func:`join_segments`;
+    ``limits``: file name -> the bytes of it to read, see
+    :func:`dl2.trace.session.read_limits`).
 
     Raises:
         TraceFormatError: no segment could be read (the first error).
@@ -239,7 +245,8 @@ def read_trace_stream(paths: Sequence[str | os.PathLike[str]]) -> RankTrace:
     errors: list[str] = []
     for path in paths:
         try:
-            traces.append(read_trace_file(path))
+            limit = None if limits is None else limits.get(Path(path).name)
+            traces.append(read_trace_file(path, limit))
         except TraceFormatError as err:
             errors.append(str(err))
     if not traces:

@@ -154,15 +154,45 @@ def group_streams(files: list[Path]) -> list[list[Path]]:
 
 
 def read_run_meta(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The launcher's ``run.json`` of a run directory, or {} if it has none."""
+    """The launcher's ``run.json`` of a run directory, or {} if it has none (or, with
+    the key ``unreadable``, why it could not be read: the traces are analysed without
+    it, see :func:`meta_warnings`)."""
     meta_path = Path(run_dir) / RUN_META
     if not meta_path.exists():
         return {}
     try:
         data = json.loads(meta_path.read_text())
     except (OSError, ValueError) as err:
-        raise TraceFormatError(f"{meta_path}: unreadable run metadata: {err}") from None
-    return data if isinstance(data, dict) else {}
+        return {"unreadable": f"{meta_path}: unreadable run metadata ({err}); read without it"}
+    if not isinstance(data, dict):
+        return {"unreadable": f"{meta_path}: run metadata of another shape; read without it"}
+    return data
+
+
+def meta_warnings(meta: Mapping[str, Any]) -> list[str]:
+    """The warning a run's ``run.json`` gives when it could not be read."""
+    why = meta.get("unreadable")
+    return [why] if isinstance(why, str) else []
+
+
+def read_limits(meta: Mapping[str, Any]) -> dict[str, int] | None:
+    """File name -> bytes of it that the run's monitor had read when dl2 stopped the
+    job (``read_upto`` of ``run.json``), or None: read every file whole.
+
+    What the ranks wrote while they were being stopped (a peer's "Connection closed",
+    the exit hook's ``end``) tells of the stop, not of the job: a later analysis stops
+    where the live one did, and reaches the same verdict. A file not named was created
+    after the stop.
+    """
+    limits = meta.get("read_upto")
+    if not isinstance(limits, dict):
+        return None
+    return {str(k): v for k, v in limits.items() if isinstance(v, int) and v >= 0}
+
+
+def within_limits(files: list[Path], limits: Mapping[str, int] | None) -> list[Path]:
+    """The files a run's analysis reads (see :func:`read_limits`)."""
+    return files if limits is None else [f for f in files if f.name in limits]
 
 
 def preference(header: Header) -> tuple[int, int]:
@@ -226,21 +256,22 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
     Raises:
         NoDataError: no directory, or no readable trace file in it.
     """
-    files = discover_trace_files(run_dir)
+    meta = read_run_meta(run_dir)
+    limits = read_limits(meta)
+    files = within_limits(discover_trace_files(run_dir), limits)
     if not files:
         raise NoDataError(f"{run_dir}: no dl2 trace files (*{TRACE_SUFFIX}) in this directory")
     traces: list[RankTrace] = []
-    warnings: list[str] = []
+    warnings: list[str] = meta_warnings(meta)
     errors: list[str] = []
     for stream in group_streams(files):
         try:
-            traces.append(read_trace_stream(stream))
+            traces.append(read_trace_stream(stream, limits))
         except TraceFormatError as err:
             errors.append(str(err))
     if not traces:
         raise TraceFormatError(errors[0])
     warnings.extend(f"skipped {e}" for e in errors)
-    meta = read_run_meta(run_dir)
     return build_session(
         traces,
         run_states(meta),
@@ -259,13 +290,19 @@ def run_ending(meta: Mapping[str, Any]) -> str | None:
 def run_quiet(meta: Mapping[str, Any]) -> dict[int, float]:
     """rank -> seconds without progress when the job ended, from a run's ``run.json``."""
     quiet: dict[int, float] = {}
-    for rank, entry in meta.get("ranks", {}).items():
+    ranks = meta.get("ranks")
+    for rank, entry in ranks.items() if isinstance(ranks, dict) else ():
         value = entry.get("quiet_s") if isinstance(entry, dict) else None
-        if isinstance(value, int | float):
+        if isinstance(value, int | float) and str(rank).isdigit():
             quiet[int(rank)] = float(value)
     return quiet
 
 
 def run_states(meta: Mapping[str, Any]) -> dict[int, str]:
     """rank -> its process state as a run's ``run.json`` gives it."""
-    return {int(r): str(s.get("state", UNKNOWN)) for r, s in meta.get("ranks", {}).items()}
+    ranks = meta.get("ranks")
+    states: dict[int, str] = {}
+    for rank, entry in ranks.items() if isinstance(ranks, dict) else ():
+        if isinstance(entry, dict) and str(rank).isdigit():
+            states[int(rank)] = str(entry.get("state", UNKNOWN))
+    return states

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,13 @@ from dl2.trace.session import Session
 from dl2.trace.session import build_session
 from dl2.trace.session import discover_trace_files
 from dl2.trace.session import group_streams
+from dl2.trace.session import meta_warnings
 from dl2.trace.session import preference
+from dl2.trace.session import read_limits
 from dl2.trace.session import read_run_meta
 from dl2.trace.session import run_ending
 from dl2.trace.session import run_states
+from dl2.trace.session import within_limits
 
 #: bytes read of one file at a time, at most
 CHUNK_BYTES = 1 << 16
@@ -58,8 +62,11 @@ CallsSink = Callable[[str, Header, Sequence[OpRecord], Sequence[int]], None]
 class _Reader:
     """One process's trace (its segment files, in order), read a chunk at a time."""
 
-    def __init__(self, paths: list[Path], calls: bool = False) -> None:
+    def __init__(
+        self, paths: list[Path], calls: bool = False, limits: Mapping[str, int] | None = None
+    ) -> None:
         self.calls = calls
+        self.limits = limits or {}  # file name -> the bytes of it to read, at most
         self.paths = [str(p) for p in paths]
         self.name = self.paths[0]
         self.stem = stream_of(Path(self.name).name)[0]
@@ -120,13 +127,17 @@ class _Reader:
                     self._buffer = b""
                 return data
             self._buffer = b""
+        limit = self.limits.get(os.path.basename(path))
+        if limit is not None:
+            size = max(0, min(size, limit - reader.consumed))
         try:
             with open(path, "rb") as handle:
                 handle.seek(reader.consumed)
                 data = handle.read(size)
         except OSError as err:
             raise TraceFormatError(f"{path}: cannot read trace file: {err.strerror}") from None
-        self._ended = len(data) < size  # the segment is read through after this chunk
+        # the segment is read through after this chunk
+        self._ended = len(data) < size or (limit is not None and reader.consumed + size >= limit)
         return data
 
     @property
@@ -224,14 +235,16 @@ def stream_session(
         NoDataError: no directory, or no trace file in it.
         TraceFormatError: no readable trace file.
     """
-    files = discover_trace_files(run_dir)
+    meta = read_run_meta(run_dir)
+    limits = read_limits(meta)
+    files = within_limits(discover_trace_files(run_dir), limits)
     if not files:
         raise NoDataError(f"{run_dir}: no dl2 trace files (*{TRACE_SUFFIX}) in this directory")
     readers: list[_Reader] = []
     errors: dict[str, str] = {}  # file -> why it is skipped
     for stream in group_streams(files):
         try:
-            readers.append(_Reader(stream, calls_sink is not None))
+            readers.append(_Reader(stream, calls_sink is not None, limits))
         except TraceFormatError as err:
             errors[str(stream[0])] = str(err)
     # per rank, its files in the order a session prefers them (newest first, later on a tie)
@@ -262,7 +275,6 @@ def stream_session(
             if reader.done:
                 reading.remove(reader)
     skipped = [errors[str(f)] for f in files if str(f) in errors]  # in file order
-    meta = read_run_meta(run_dir)
     if not readers:
         raise TraceFormatError(skipped[0])
     return build_session(
@@ -280,6 +292,6 @@ def stream_session(
         ],
         run_states(meta),
         run_dir=str(run_dir),
-        warnings=[f"skipped {e}" for e in skipped],
+        warnings=[*meta_warnings(meta), *(f"skipped {e}" for e in skipped)],
         ending=run_ending(meta),
     )

@@ -193,7 +193,7 @@ def test_analyze_reads_what_the_live_monitor_read_when_dl2_stopped_the_job(tmp_p
     assert main(["analyze", str(run)]) != 3
 
 
-@pytest.mark.parametrize("meta", ['{"reason": "deadl', '[1, 2]', '{"ranks": {"0": 3, "x": {}}}'])
+@pytest.mark.parametrize("meta", ['{"reason": "deadl', "[1, 2]", '{"ranks": {"0": 3, "x": {}}}'])
 def test_a_damaged_run_json_leaves_the_traces_analysed(meta, tmp_path, capsys):
     from trace_builders import ranks
     from trace_builders import write_run_dir

@@ -207,3 +207,22 @@ def test_a_damaged_run_json_leaves_the_traces_analysed(meta, tmp_path, capsys):
     out = capsys.readouterr()
     assert "Traceback" not in out.err
     assert "DEADLOCK" in out.out
+
+
+def test_analyze_of_a_job_that_failed_says_so_as_dl2_run_did(tmp_path, capsys):
+    import json
+
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.call("all_reduce", 5, count=4)
+        r.end()
+    run = write_run_dir([r0, r1], tmp_path / "run")
+    assert main(["analyze", str(run)]) == 0
+    # `dl2 run -- torchrun ...` whose ranks all ended with sys.exit(3): job-failed
+    (run / "run.json").write_text(json.dumps({"reason": "finished", "job_exit_code": 3}))
+    capsys.readouterr()
+    assert main(["analyze", str(run), "-r", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["verdict"] == "job-failed"

@@ -9,6 +9,7 @@ from dl2.analysis import analyze
 from dl2.cli.options import add_hazards
 from dl2.cli.options import add_json
 from dl2.cli.output import emit
+from dl2.cli.output import ended_verdict
 from dl2.cli.output import write_html_or_fail
 from dl2.errors import ConfigError
 from dl2.flight.loader import is_flight_input
@@ -65,9 +66,10 @@ class AnalyzeCommand:
         # the traces are read through the incremental model, a chunk of each at a time
         run_dir = paths[0]
         session, graph = stream_run(run_dir)
-        report = analyze(
-            session, graph=graph, quiet=run_quiet(read_run_meta(run_dir)), hazards=args.hazards
-        )
+        meta = read_run_meta(run_dir)
+        report = analyze(session, graph=graph, quiet=run_quiet(meta), hazards=args.hazards)
+        # as `dl2 run` concluded: a job that failed or was stopped is not ok
+        report = ended_verdict(report, meta.get("reason"), meta.get("job_exit_code"))
         emit(report, args.json, args.renderer, args.output)
         if args.html:
             write_html_or_fail(report, args.html, graph)

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
+from typing import Any
 
 from dl2.errors import Dl2Error
 from dl2.notice import notice
@@ -38,6 +39,20 @@ def emit(
         write_report(get_renderer("json"), report, json_path)
 
 
+def ended_verdict(report: Report, reason: Any, job_exit_code: Any) -> Report:
+    """The report of a job that ended so (a monitored run's reason and exit status, or
+    run.json's): one that failed or was stopped is never ``ok`` (``hang`` when dl2's hang
+    timeout stopped it, else ``job-failed``); unknown ones change nothing."""
+    if report.verdict is not Verdict.OK or not isinstance(reason, str):
+        return report
+    if reason == "hang-timeout":
+        # every live rank sat in calls the model saw matched, yet none returned
+        return replace(report, verdict=Verdict.HANG)
+    if reason != "finished" or (isinstance(job_exit_code, int) and job_exit_code != 0):
+        return replace(report, verdict=Verdict.JOB_FAILED)
+    return report
+
+
 def conclude(
     outcome: Outcome,
     report: Report,
@@ -58,12 +73,7 @@ def conclude(
     extra = [*outcome.notes, *([why] if why is not None else [])]
     if extra:
         report = replace(report, warnings=(*report.warnings, *extra))
-    failed = outcome.job_exit_code != 0 or outcome.reason != "finished"
-    if report.verdict is Verdict.OK and outcome.reason == "hang-timeout":
-        # every live rank sat in calls the model saw matched, yet none returned
-        report = replace(report, verdict=Verdict.HANG)
-    elif report.verdict is Verdict.OK and failed:
-        report = replace(report, verdict=Verdict.JOB_FAILED)
+    report = ended_verdict(report, outcome.reason, outcome.job_exit_code)
     emit(report, json_path)
     try:
         write_report(get_renderer("json"), report, str(run_dir / "report.json"))

@@ -17,6 +17,7 @@ from dl2.cli.options import positive
 from dl2.cli.output import REPORT_HTML
 from dl2.cli.output import conclude
 from dl2.cli.output import emit
+from dl2.cli.output import ended_verdict
 from dl2.cli.output import exit_status
 from dl2.errors import ConfigError
 from dl2.errors import Dl2Error
@@ -218,7 +219,11 @@ def _write_meta(
         "reason": outcome.reason,
         "job_exit_code": outcome.job_exit_code,
         "stopped_by_dl2": job.stopped_by_dl2,
-        "verdict": outcome.report.verdict.value if outcome.report else None,
+        "verdict": (
+            ended_verdict(outcome.report, outcome.reason, outcome.job_exit_code).verdict.value
+            if outcome.report
+            else None
+        ),
         "ranks": ranks,
         "detected_after": outcome.detected_after,
         "verdict_wall_time": outcome.verdict_wall_time,

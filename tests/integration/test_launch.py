@@ -36,3 +36,17 @@ def test_a_cycle_hidden_by_a_heartbeat_thread_ends_at_the_hang_timeout(
     assert finding["kind"] == "hang", run.output
     assert {(o["rank"], o["line"]) for o in finding["ops"]} == {(0, line), (1, line)}
     assert any("sat blocked on each other for 5 s" in w for w in report["warnings"]), run.output
+
+
+@pytest.mark.timeout(150)
+def test_a_json_path_that_cannot_be_written_costs_neither_verdict_nor_report(
+    dl2_bin: Path, tmp_path: Path
+) -> None:
+    sendsend = Path(__file__).resolve().parents[2] / "examples" / "sendsend.py"
+    (tmp_path / "afile").write_text("")
+    json_path = tmp_path / "afile" / "report.json"  # its parent is a file
+    run = dl2_run(dl2_bin, tmp_path / "run", ["--json", str(json_path), "-n", "2", str(sendsend)])
+    assert run.returncode == 3, run.output
+    assert run.report["verdict"] == "deadlock", run.output  # run_dir/report.json
+    assert (tmp_path / "run" / "report.html").exists()
+    assert "cannot write the report to" in run.output, run.output

@@ -6,6 +6,7 @@ followed, the same way for ``dl2 run`` and ``dl2 replay``.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -74,12 +75,17 @@ def conclude(
     if extra:
         report = replace(report, warnings=(*report.warnings, *extra))
     report = ended_verdict(report, outcome.reason, outcome.job_exit_code)
-    emit(report, json_path)
     try:
         write_report(get_renderer("json"), report, str(run_dir / "report.json"))
     except Dl2Error:
-        pass  # the run directory went away; the report was printed already
+        pass  # the run directory went away; the report is printed below
     write_html_quietly(report, run_dir / REPORT_HTML, outcome.graph)
+    write_report(get_renderer("text"), report, None)
+    if json_path:
+        try:
+            write_report(get_renderer("json"), report, json_path)
+        except Dl2Error as err:  # the job ran: its verdict (and exit status) stand
+            print(f"dl2: {err} (the report is in {run_dir / 'report.json'})", file=sys.stderr)
     return report
 
 

@@ -120,6 +120,8 @@ class RunCommand:
             raise ConfigError("nothing to run: give -n N SCRIPT.py or -- COMMAND")
         if args.nproc is not None and not Path(target[0]).is_file():
             raise LaunchError(f"script not found: {target[0]}")
+        if args.json and args.json != "-" and Path(args.json).is_dir():
+            raise ConfigError(f"--json {args.json}: is a directory; give a file name")
         label = Path(target[0] if args.nproc is not None else target[-1]).stem or "job"
         run_dir = prepare_run_dir(args.run_dir, label)
         options = MonitorOptions(

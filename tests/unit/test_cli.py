@@ -226,3 +226,20 @@ def test_analyze_of_a_job_that_failed_says_so_as_dl2_run_did(tmp_path, capsys):
     capsys.readouterr()
     assert main(["analyze", str(run), "-r", "json"]) == 1
     assert json.loads(capsys.readouterr().out)["verdict"] == "job-failed"
+
+
+def test_traces_alone_that_stop_mid_call_are_read_as_a_job_killed_there(tmp_path, capsys):
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    # GIVEN the traces of a job its scheduler killed (no run.json, no end records): rank 0
+    # in an all_reduce that rank 1, busy in its own Python code, never joined
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 10, complete=False)
+    r1.state([], "python", stack=[["train.py", 33, "load"]])
+    run = write_run_dir([r0, r1], tmp_path / "run")
+    assert main(["analyze", str(run)]) == 3
+    out = capsys.readouterr().out
+    assert "HANG" in out
+    assert "train.py:33" in out
+    assert "nothing says how the job ended" in out

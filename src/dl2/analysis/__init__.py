@@ -264,6 +264,7 @@ def analyze(
     if graph is None:
         graph = build_execution_graph(session)
     cut_off = cut_off_ranks(session, graph)
+    unknown_end = bool(cut_off) and session.ending is None and not session.process_states
     if cut_off:  # killed together from outside: each stood where its trace stops
         states = {**session.process_states, **{r: ALIVE for r in cut_off}}
         session = replace(session, process_states=states)
@@ -289,6 +290,12 @@ def analyze(
     if any_failed and not findings:
         findings.extend(failed_call_findings(graph))
     warnings = list(session.warnings) + context.notes
+    if unknown_end:
+        warnings.append(
+            "nothing says how the job ended (no run.json, and no rank's trace ends): each "
+            "rank is read where its trace stops, as if the job was killed there (it may "
+            "still be running)"
+        )
     # ranks whose program ended (the recorder's exit hook ran) whatever their exit status
     left = frozenset(r for r, tl in graph.timelines.items() if tl.ended == "exit")
     for rank in sorted(left):

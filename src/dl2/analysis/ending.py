@@ -45,6 +45,7 @@ from dl2.trace.session import ENDED_BADLY
 from dl2.trace.session import EXITED
 from dl2.trace.session import FAILED
 from dl2.trace.session import KILLED
+from dl2.trace.session import UNKNOWN
 from dl2.trace.session import Session
 
 #: a rank blocked at least this long when the job was ended from outside hung; shorter
@@ -66,6 +67,17 @@ def cut_off_ranks(session: Session, graph: ExecutionGraph) -> frozenset[int]:
         return frozenset()
     timelines = graph.timelines
     states = {rank: session.process_state(rank) for rank in timelines}
+    if (
+        session.ending is None
+        and session.run_dir is not None  # a directory read after the fact, not a snapshot
+        and states
+        and all(state == UNKNOWN for state in states.values())
+        and not any(timeline.ended for timeline in timelines.values())
+        and any(timeline.blocked is not None for timeline in timelines.values())
+    ):
+        # traces alone, none of which ends (its ranks killed by a scheduler's timeout,
+        # or still running): each rank stood where its trace stops
+        return frozenset(timelines)
     if any(state not in (EXITED, FAILED, KILLED) for state in states.values()):
         return frozenset()  # the job has not ended, or nothing is known of its processes
     if any(timeline.ended == "exit" for timeline in timelines.values()):

@@ -243,3 +243,19 @@ def test_traces_alone_that_stop_mid_call_are_read_as_a_job_killed_there(tmp_path
     assert "HANG" in out
     assert "train.py:33" in out
     assert "nothing says how the job ended" in out
+
+
+def test_predict_of_a_run_with_a_rank_missing_is_not_a_clean_bill(tmp_path, capsys):
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    r0, r1, r2 = ranks(3)
+    for r in (r0, r1, r2):
+        r.call("all_reduce", 5, count=4)
+        r.end()
+    run = write_run_dir([r0, r1, r2], tmp_path / "run")
+    assert main(["predict", str(run)]) == 0
+    sorted(run.glob("*.dl2.jsonl"))[2].unlink()
+    capsys.readouterr()
+    assert main(["predict", str(run)]) == 5
+    assert "no trace from rank(s) 2" in capsys.readouterr().err

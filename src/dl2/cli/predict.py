@@ -100,6 +100,17 @@ class PredictCommand:
             raise ConfigError(f"--max-deviations must not be negative: {args.max_deviations}")
         session = load_session(args.run_dir)
         session.require_whole_history("dl2 predict")
+        # what the prediction cannot see: a rank without a trace, a trace cut short
+        gaps = [*session.warnings]
+        missing = session.missing_ranks()
+        if missing:
+            gaps.append(
+                f"no trace from rank(s) {', '.join(map(str, missing))}: the prediction "
+                "covers only the ranks with traces"
+            )
+        for warning in gaps:
+            print(f"dl2: warning: {warning}", file=sys.stderr)
+        partial = bool(missing) or any(t.truncated for t in session.traces.values())
         graph = build_execution_graph(session)
         recorded_deadlock = bool(build_wait_for_graph(session, graph).deadlocked)
         recorded = recorded_semantics(session)
@@ -129,6 +140,8 @@ class PredictCommand:
             return Verdict.DEADLOCK.exit_code
         if any(p.deadlock_possible for p in predictions) or run.fusion:
             return Verdict.DEFECT.exit_code
+        if partial:  # nothing found in what was there: not a clean bill
+            return Verdict.INCOMPLETE.exit_code
         return 0
 
 

@@ -264,3 +264,19 @@ def test_a_second_wait_on_a_completed_p2p_work_is_named_at_the_hang_timeout():
     assert hang.ranks == (0, 1)
     assert [(o.rank, o.line) for o in hang.ops] == [(0, 14), (1, 16)]
     assert "second wait() on a send or receive" in hang.message
+
+
+def test_a_done_after_a_failed_wait_leaves_the_op_failed():
+    # GIVEN rank 0's irecv from rank 1, whose wait raised when rank 1 exited, and the
+    # ``done`` an older recorder wrote after it (gloo calls a failed work completed)
+    r0, r1 = ranks(2)
+    recv = r0.irecv(10, peer=1)
+    r0.wait(recv, err="RuntimeError: Connection closed by peer")
+    r0.done(recv)
+    r0.end("exit", err="RuntimeError: Connection closed by peer")
+    r1.end()
+    states = {0: FAILED, 1: EXITED}
+    report = analyze(replace(session([r0, r1]), process_states=states))
+    # THEN the failure is explained by rank 1's exit, not left to "job failed"
+    assert report.verdict is Verdict.DEFECT
+    assert FindingKind.ORPHANED_WAIT in {f.kind for f in report.findings}

@@ -347,7 +347,9 @@ class RankModel:
                 if TYPE_CHECKING:
                     assert isinstance(rec, DoneRecord)
                 target = ops.get(rec.id)
-                if target is not None:
+                # a work whose wait raised (its peer died) is also "completed" to gloo: an
+                # older recorder wrote a ``done`` for it after the failed wait's ``ret``
+                if target is not None and target.error is None:
                     self._complete(target, rec.src)
             elif kind is DropRecord:
                 if TYPE_CHECKING:

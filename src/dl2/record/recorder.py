@@ -34,6 +34,15 @@ _now = time.monotonic_ns
 PRUNE_AT = 64
 
 
+def work_failed(work: Any) -> bool:
+    """Whether a completed work ended with an error (gloo calls a work whose peer died
+    completed): it must not be recorded ``done``."""
+    try:
+        return work.exception() is not None
+    except Exception:
+        return False
+
+
 class Recorder:
     """Per-process recording state.
 
@@ -370,6 +379,8 @@ class Recorder:
                 continue
             if self.pending.pop(oid, None) is None:
                 continue  # waited on meanwhile: its wait/ret records say it all
+            if work_failed(work):
+                continue  # not done: it stays unfinished in the trace (a wait would raise)
             src = source_of(work, anyranks)
             enc = self.enc
             if enc is not None and self.fd >= 0:

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
+from dl2.record.recorder import work_failed
 from dl2.record.source import SourceRank
 from dl2.record.stack import user_stack_id
 
@@ -169,7 +170,8 @@ class RecordedWork(ForwardingWork):
                 return  # waited on, seen complete, or not recording
             inner = self._dl2_work
             if inner.is_completed():
-                enc.hold_done(oid, _now(), source_of(inner, self._dl2_anyranks))
+                if not work_failed(inner):
+                    enc.hold_done(oid, _now(), source_of(inner, self._dl2_anyranks))
             else:
                 enc.hold_drop(oid, _now())
         except Exception:
@@ -191,6 +193,9 @@ class RecordedWork(ForwardingWork):
         try:
             ok = inner.wait() if timeout is None else inner.wait(timeout)
         except BaseException as err:
+            # its failure is told by this ret: no ``done`` later (gloo calls a work that
+            # failed completed)
+            rec.pending.pop(self._dl2_oid, None)
             rec.ret(wid, err)
             raise
         rec.pending.pop(self._dl2_oid, None)
@@ -221,7 +226,9 @@ class RecordedWork(ForwardingWork):
         try:
             rec = self._dl2_rec
             if completed:  # seen complete by its owner: record it now, not at the next poll
-                if rec.pending.pop(self._dl2_oid, None) is not None:
+                if rec.pending.pop(self._dl2_oid, None) is not None and not work_failed(
+                    self._dl2_work
+                ):
                     rec.done(self._dl2_oid, source_of(self._dl2_work, self._dl2_anyranks))
             elif self._dl2_oid not in rec.polled:
                 # The user polls it: the watchdog tells a rank spinning on polls apart

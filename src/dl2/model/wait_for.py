@@ -207,6 +207,8 @@ def _status(session: Session, graph: ExecutionGraph, rank: int) -> RankStatus:
         return RankStatus.FAILED
     if timeline is None:
         return RankStatus.NO_TRACE  # exited or not, what it issued is unknown
+    if timeline.ended is not None and timeline.exit_error is not None and state != EXITED:
+        return RankStatus.FAILED  # its program ended with an error: its status says so
     if state == EXITED or timeline.ended is not None:
         return RankStatus.EXITED
     return RankStatus.BLOCKED if timeline.blocked is not None else RankStatus.RUNNING

@@ -259,3 +259,25 @@ def test_predict_of_a_run_with_a_rank_missing_is_not_a_clean_bill(tmp_path, caps
     capsys.readouterr()
     assert main(["predict", str(run)]) == 5
     assert "no trace from rank(s) 2" in capsys.readouterr().err
+
+
+def test_a_ranks_own_trace_is_preferred_to_a_helper_process_it_started(tmp_path, capsys):
+    from dl2.trace.format import trace_file_name
+    from trace_builders import ranks
+
+    # GIVEN rank 0's trainer (stuck in an all_reduce rank 1 never joins) and a newer
+    # helper process it started (async checkpointing) with a world of its own, same size
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 27, count=4, complete=False)
+    r1.call("barrier", 29, complete=False)
+    helper, _ = ranks(2)
+    helper.call("all_gather", 90, count=4)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / trace_file_name(0, 1000)).write_text(r0.text(pid=1000, wall=1))
+    (run / trace_file_name(1, 1001)).write_text(r1.text(pid=1001, wall=1))
+    (run / trace_file_name(0, 2000)).write_text(helper.text(pid=2000, wall=5, child_of=1000))
+    assert main(["analyze", str(run)]) == 3
+    out = capsys.readouterr().out
+    assert "train.py:27" in out and "train.py:90" not in out
+    assert "the rank's own process" in out

@@ -74,6 +74,22 @@ def test_unwritable_dir_disables_with_one_notice(tmp_path: Path) -> None:
     )
 
 
+def test_a_process_a_rank_started_says_whose_child_it_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dl2.record.writer import ENV_RANK_PID
+
+    monkeypatch.delenv(ENV_RANK_PID, raising=False)
+    rank = TraceWriter(str(tmp_path / "a"), rank=0, world_size=2)
+    rank.close()
+    assert read_trace_file(rank.path or "").header.child_of is None
+    assert os.environ[ENV_RANK_PID] == str(os.getpid())  # what its children inherit
+    monkeypatch.setenv(ENV_RANK_PID, "1")  # as if the parent rank's pid were 1
+    helper = TraceWriter(str(tmp_path / "b"), rank=0, world_size=2)
+    helper.close()
+    assert read_trace_file(helper.path or "").header.child_of == 1
+
+
 def test_write_error_disables_without_raising(tmp_path: Path) -> None:
     writer = TraceWriter(str(tmp_path), rank=0, world_size=2)
     os.close(writer.fd)  # the descriptor goes bad under the writer

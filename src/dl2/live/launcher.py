@@ -30,6 +30,7 @@ from typing import Any
 import dl2
 from dl2.errors import ConfigError
 from dl2.errors import LaunchError
+from dl2.record.writer import ENV_RANK_PID
 from dl2.trace.format import TRACE_SUFFIX
 
 BOOTSTRAP_DIR = Path(dl2.__file__).parent / "_bootstrap"
@@ -93,6 +94,7 @@ def recorder_env(run_dir: Path, extra: Mapping[str, str] | None = None) -> dict[
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["DL2_RUN_DIR"] = str(run_dir.resolve())
+    env.pop(ENV_RANK_PID, None)  # the job's ranks descend from no rank
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra or {})
     return env

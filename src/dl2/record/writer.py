@@ -48,6 +48,10 @@ def retention_from_env() -> tuple[int, int]:
     return max(size, 1024), max(keep, 0)
 
 
+#: set by a rank's recorder to its pid: a process that inherits it descends from a rank
+ENV_RANK_PID = "DL2_RANK_PID"
+
+
 class TraceWriter:
     """Appends records to one rank's trace, segment after segment.
 
@@ -96,6 +100,11 @@ class TraceWriter:
         self.room = self.segment_bytes
         self._reported = False
         self._header = (backend, torch_version, emulate, socket.gethostname())
+        # a process started by a rank (and inheriting its environment) is its child: the
+        # analysis prefers the rank's own trace to a helper's of the same world
+        parent = os.environ.get(ENV_RANK_PID, "")
+        self.child_of = int(parent) if parent.isdigit() and int(parent) != self.pid else None
+        os.environ[ENV_RANK_PID] = str(self.pid)
         try:
             os.makedirs(run_dir, exist_ok=True)
         except OSError as err:
@@ -120,6 +129,7 @@ class TraceWriter:
             segment=segment,
             retain=(self.segment_bytes, self.keep),
             follows=True,
+            child_of=self.child_of,
         )
 
     def open_segment(self, segment: int, prologue: str) -> None:

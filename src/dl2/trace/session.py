@@ -195,12 +195,13 @@ def within_limits(files: list[Path], limits: Mapping[str, int] | None) -> list[P
     return files if limits is None else [f for f in files if f.name in limits]
 
 
-def preference(header: Header) -> tuple[int, int]:
+def preference(header: Header) -> tuple[int, bool, int]:
     """Which of a rank's trace files is its own, the greatest first: the one of the
     largest world (a rank's child process that runs a small job of its own, an eval
-    with a one-process group, writes a trace for its "rank 0" too), then the newest
-    (a restarted rank)."""
-    return (header.world_size, header.wall)
+    with a one-process group, writes a trace for its "rank 0" too), then a rank's over
+    a process a rank started (a checkpointing helper with a group of the same size),
+    then the newest (a restarted rank)."""
+    return (header.world_size, header.child_of is None, header.wall)
 
 
 def build_session(
@@ -219,10 +220,16 @@ def build_session(
         if previous is not None:
             if preference(previous.header) > preference(trace.header):
                 previous, trace = trace, previous
+            kept, other = trace.header, previous.header
+            if kept.world_size != other.world_size:
+                why = f"world of {kept.world_size}, the largest"
+            elif (kept.child_of is None) != (other.child_of is None):
+                why = "the rank's own process; the other is a process it started"
+            else:
+                why = f"world of {kept.world_size}, opened last"
             notes.append(
                 f"rank {trace.rank} has several trace files; using "
-                f"{os.path.basename(trace.path)} (world of {trace.header.world_size}, opened "
-                f"last), not {os.path.basename(previous.path)}"
+                f"{os.path.basename(trace.path)} ({why}), not {os.path.basename(previous.path)}"
             )
         by_rank[trace.rank] = trace
     for rank, trace in sorted(by_rank.items()):

@@ -125,6 +125,7 @@ def header_line(
     segment: int = 0,
     retain: tuple[int, int] | None = None,
     follows: bool = False,
+    child_of: int | None = None,
 ) -> str:
     """The header line of a segment; ``emulate`` is ``(eager_bytes, fused_batches)``,
     ``retain`` is ``(segment_bytes, keep)``; ``follows``: P2P ops carry ``via`` (see
@@ -151,6 +152,8 @@ def header_line(
         record["argv"] = list(argv)
     if follows:
         record["follows"] = True
+    if child_of is not None:
+        record["child_of"] = child_of
     if emulate is not None:
         record["emulate"] = {"eager_bytes": emulate[0], "fused_batches": emulate[1]}
     if retain is not None:

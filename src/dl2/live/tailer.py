@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 
+import msgspec
+
 from dl2.errors import TraceFormatError
 from dl2.model.incremental import DEFAULT_WINDOW
 from dl2.model.incremental import Model
@@ -275,14 +277,20 @@ class TraceTailer:
         """Every process's trace as a RankTrace of its first segment's header, its
         truncation and corrupt-line notes; its records are in :attr:`model`, not here."""
         traces = []
+        resumed = self.model.resumed()
         for files in self._streams().values():
             files.sort(key=lambda e: e.segment)
             first, last = files[0], files[-1]
-            assert first.header is not None
+            header = first.header
+            assert header is not None
+            if header.segment > 0 and header.rank not in resumed:
+                # its earlier segments were read before the recorder deleted them: the
+                # model has the whole history, the trace is not "rotated" to the analysis
+                header = msgspec.structs.replace(header, segment=0)
             traces.append(
                 RankTrace(
                     str(first.path or first.name),
-                    first.header,
+                    header,
                     (),
                     last.truncated,
                     tuple(line for e in files for line in e.reader.skipped),

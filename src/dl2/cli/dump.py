@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dl2.trace.format import TraceReader
 from dl2.trace.format import read_trace_file
+from dl2.trace.schema import RECORD_KINDS
 from dl2.trace.schema.decode import record_to_dict
 
 
@@ -18,7 +19,10 @@ class DumpCommand:
     def prepare_parser(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("file", help="a *.dl2.jsonl trace file")
         parser.add_argument(
-            "--kind", action="append", help="only records of this kind (repeatable)"
+            "--kind",
+            action="append",
+            choices=sorted(RECORD_KINDS),
+            help="only records of this kind (repeatable)",
         )
         parser.add_argument(
             "--raw",

@@ -14,8 +14,8 @@ def positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    if not value > 0 or value == float("inf"):  # nan compares false
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number: {text!r}")
     return value
 
 

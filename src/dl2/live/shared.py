@@ -190,8 +190,8 @@ def parse_store(text: str) -> StoreAddress:
     """``HOST:PORT[/RUN_ID]`` as given to ``--store``."""
     address, _, run_id = text.partition("/")
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT (a port of 1-65535), got {text!r}")
     return StoreAddress(host.strip("[]"), int(port), run_id or "none", "--store")
 
 

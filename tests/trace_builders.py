@@ -114,11 +114,13 @@ class RankBuilder:
         complete: bool = True,
         src: int | None = None,
         err: str | None = None,
+        line: int | None = None,
     ) -> RankBuilder:
         """A wait on ``op_id``: returned (``src``: a wildcard's sender; ``err``: it raised)
-        or, with ``complete=False``, still waiting."""
+        or, with ``complete=False``, still waiting (``line``: where, else no stack)."""
         wait_id = self._id()
-        self.encoder.wait(wait_id, self._time(), 1, op_id, 0)
+        sid = 0 if line is None else self._stack(line, "main", None)
+        self.encoder.wait(wait_id, self._time(), 1, op_id, sid)
         if complete:
             self.ret(wait_id, err, src)
         return self

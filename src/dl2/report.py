@@ -97,6 +97,8 @@ class OpRef:
         peer: global peer rank of a P2P op (None for a wildcard recv), or the root.
         detail: short signature, e.g. "float32[1024] sum".
         file, line, function: the user's source location.
+        wait_file, wait_line: where the rank waited on it (``work.wait()``), when that is
+            another line than the one that issued it.
     """
 
     rank: int
@@ -109,6 +111,8 @@ class OpRef:
     file: str | None = None
     line: int | None = None
     function: str | None = None
+    wait_file: str | None = None
+    wait_line: int | None = None
 
     @property
     def location(self) -> str:
@@ -117,6 +121,23 @@ class OpRef:
         if self.line is None:
             return _short_path(self.file)
         return f"{_short_path(self.file)}:{self.line}"
+
+    @property
+    def where(self) -> str:
+        """:attr:`location`, and where the rank waited on it if that is another line
+        (``train.py:12, waited at train.py:20``)."""
+        if self.wait_line is None:
+            return self.location
+        return f"{self.location}, waited at {self.wait_location}"
+
+    @property
+    def wait_location(self) -> str:
+        """Where the rank waited on it (``file:line``), or "" if not at another line."""
+        if self.wait_line is None:
+            return ""
+        if self.wait_file is None or self.wait_file == self.file:
+            return f"{_short_path(self.file or '?')}:{self.wait_line}"
+        return f"{_short_path(self.wait_file)}:{self.wait_line}"
 
 
 def store_call(op: str, keys: str) -> str:
@@ -208,6 +229,13 @@ def op_ref(op: Op) -> OpRef:
     peer = op.peer if op.kind == "p2p" else op.root
     if op.op == "recv" and op.peer is None:
         peer = op.src
+    waited = op.wait_frame
+    if (
+        waited is not None
+        and frame is not None
+        and (waited.file, waited.line) == (frame.file, frame.line)
+    ):
+        waited = None
     return OpRef(
         rank=op.rank,
         op=op.op,
@@ -219,4 +247,6 @@ def op_ref(op: Op) -> OpRef:
         file=frame.file if frame else None,
         line=frame.line if frame else None,
         function=frame.function if frame else None,
+        wait_file=waited.file if waited else None,
+        wait_line=waited.line if waited else None,
     )

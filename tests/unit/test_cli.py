@@ -282,3 +282,23 @@ def test_a_ranks_own_trace_is_preferred_to_a_helper_process_it_started(tmp_path,
     out = capsys.readouterr().out
     assert "train.py:27" in out and "train.py:90" not in out
     assert "the rank's own process" in out
+
+
+def test_an_async_op_is_named_with_the_line_that_waits_on_it(tmp_path, capsys):
+    import json
+
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    # GIVEN rank 0 blocked in work.wait() (line 20) on an irecv it posted at line 12,
+    # which rank 1, in a barrier, never sends
+    r0, r1 = ranks(2)
+    recv = r0.irecv(12, peer=1)
+    r0.wait(recv, complete=False, line=20)
+    r1.call("barrier", 22, complete=False)
+    run = write_run_dir([r0, r1], tmp_path / "run")
+    assert main(["analyze", str(run), "--json", str(tmp_path / "r.json")]) == 3
+    assert "train.py:12, waited at train.py:20" in capsys.readouterr().out
+    ops = [op for f in json.loads((tmp_path / "r.json").read_text())["findings"] for op in f["ops"]]
+    mine = [op for op in ops if op["rank"] == 0]
+    assert mine and all((op["line"], op.get("wait_line")) == (12, 20) for op in mine)

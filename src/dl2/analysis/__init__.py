@@ -310,7 +310,7 @@ def analyze(
                 f"rank {rank} failed at interpreter exit, after its program had ended; "
                 "its communication counts as finished"
             )
-    if cut_off:
+    if cut_off and not unknown_end:
         warnings.append(
             f"{rank_list(sorted(cut_off))} ended without a trace of an error: killed from "
             "outside, each read where its trace stops"

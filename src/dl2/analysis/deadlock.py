@@ -262,7 +262,7 @@ def _deadlock_part(
         ]
         refs = [op_ref(o) for o in ops]  # each op's ref built once (where() builds one)
         parts = [
-            f"rank {o.rank} is blocked in {phrase(o)} ({ref.location})"
+            f"rank {o.rank} is blocked in {phrase(o)} ({ref.where})"
             for o, ref in zip(ops, refs, strict=True)
         ]
         head = (

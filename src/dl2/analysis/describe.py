@@ -21,8 +21,9 @@ KILLED_HINT = (
 
 
 def where(op: Op) -> str:
-    """``train.py:42`` or ``?`` (from C++, no Python frame)."""
-    return op_ref(op).location
+    """``train.py:42`` or ``?`` (from C++, no Python frame); an async op waited on at
+    another line: ``train.py:42, waited at train.py:50``."""
+    return op_ref(op).where
 
 
 def phrase(op: Op) -> str:

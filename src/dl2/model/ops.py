@@ -96,6 +96,8 @@ class Op:
     #: a P2P op whose peer the program computed from the sender that wildcard receive
     #: ``via`` (an op id of the same rank) returned
     via: int | None = None
+    #: where the rank first waited on it (``work.wait()``), when not where it was issued
+    wait_stack: tuple[Frame, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -112,6 +114,11 @@ class Op:
     def frame(self) -> Frame | None:
         """The line to name (:func:`~dl2.trace.schema.decode.report_frame`)."""
         return report_frame(self.stack)
+
+    @property
+    def wait_frame(self) -> Frame | None:
+        """The line of the first wait on it, when it was not issued there."""
+        return report_frame(self.wait_stack) if self.wait_stack else None
 
     @property
     def signature(self) -> str:

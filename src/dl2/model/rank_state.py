@@ -73,6 +73,8 @@ class OpState(msgspec.Struct, gc=False):
     waited_at: int | None = None
     dropped: bool = False
     cached: Op | None = None
+    #: where it was first waited on, if not where it was issued
+    wait_stack: tuple[Frame, ...] = ()
 
     @property
     def done(self) -> bool:
@@ -126,6 +128,7 @@ class OpState(msgspec.Struct, gc=False):
                 keys=None,
                 tid=rec.tid,
                 via=rec.via,
+                wait_stack=self.wait_stack,
             )
         return op
 
@@ -340,6 +343,8 @@ class RankModel:
                 target = ops.get(rec.work)
                 if target is not None and target.waited_at is None:
                     target.waited_at = n_ops
+                    if rec.stack != target.rec.stack:
+                        target.wait_stack = rec.stack
                     target.cached = None
                 calls[rec.id] = None
                 active = at

@@ -231,7 +231,7 @@ def _cycle_segments(finding: Finding, states: Mapping[int, RankState]) -> list[S
         if op is not None:
             segments.append((" " + op_label(op), "cyan"))
             if op.location != "?":
-                segments.append((f" ({op.location})", "dim"))
+                segments.append((f" ({op.where})", "dim"))
         segments.append((" ⇢ ", "red"))
     segments.append((f"rank {finding.cycle[0]}", "bold"))
     return segments
@@ -252,7 +252,10 @@ def _call_text(op: OpRef) -> str:
 
 
 def _where_text(op: OpRef) -> str:
-    return op.location if op.function is None else f"{op.location} in {op.function}"
+    text = op.location if op.function is None else f"{op.location} in {op.function}"
+    if op.wait_line is not None:
+        text += f", waited at {op.wait_location}"
+    return text
 
 
 def _job_text(job: Mapping[str, object]) -> str:
@@ -289,7 +292,18 @@ def merged_ops(ops: Sequence[OpRef]) -> list[tuple[list[int], OpRef]]:
     in order of first appearance (the console's and the HTML page's rows)."""
     rows: dict[tuple[object, ...], tuple[list[int], OpRef]] = {}
     for op in ops:
-        key = (op.op, op.api, op.group, op.seq, op.peer, op.detail, op.file, op.line, op.function)
+        key = (
+            op.op,
+            op.api,
+            op.group,
+            op.seq,
+            op.peer,
+            op.detail,
+            op.file,
+            op.line,
+            op.function,
+            op.wait_line,
+        )
         if key in rows:
             rows[key][0].append(op.rank)
         else:
@@ -424,7 +438,7 @@ def _rank_table(states: Sequence[RankState]) -> RenderableType:
                 Text(str(state.status), style=_STATUS_STYLE.get(state.status, "dim")),
                 Text("" if op is None else _call_text(op), style="cyan"),
                 Text("" if op is None else op.detail),
-                Text("" if op is None else op.location, style="dim"),
+                Text("" if op is None else op.where, style="dim"),
                 Text(_waits_text(state)),
             ]
         )

@@ -2,7 +2,7 @@
 
 Shape (keys sorted, no times, so two runs of one job give equal files)::
 
-    {"format": "dl2-report", "format_version": 1,
+    {"format": "dl2-report", "format_version": 2,
      "verdict": "ok" | "deadlock" | "hang" | "defect" | "interrupted" | "incomplete" |
                 "job-failed",
      "exit_code": 0 | 3 | 3 | 4 | 130 | 5 | 1 (in that order),
@@ -11,7 +11,8 @@ Shape (keys sorted, no times, so two runs of one job give equal files)::
      "ranks": [{"rank", "status", "op": OP | null, "waits_on", "any_of"}],
      "warnings": [str...], "job": {...launcher facts...}}
 
-    OP = {"rank", "op", "api", "group", "seq", "peer", "detail", "file", "line", "function"}
+    OP = {"rank", "op", "api", "group", "seq", "peer", "detail", "file", "line", "function",
+          "wait_file", "wait_line" (only where the rank waited on it at another line)}
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ FORMAT = "dl2-report"
 
 # History of FORMAT_VERSION (bump on any change a reader could notice):
 #   1: first version.
-FORMAT_VERSION = 1
+#   2: an op waited on at another line than the one that issued it (``work.wait()``)
+#      carries ``wait_file`` and ``wait_line``.
+FORMAT_VERSION = 2
 
 
 class JsonRenderer(Renderer):
@@ -95,7 +98,7 @@ def _rank_state(state: RankState) -> dict[str, Any]:
 
 
 def _op(op: OpRef) -> dict[str, Any]:
-    return {
+    fields = {
         "rank": op.rank,
         "op": op.op,
         "api": op.api,
@@ -107,6 +110,10 @@ def _op(op: OpRef) -> dict[str, Any]:
         "line": op.line,
         "function": op.function,
     }
+    if op.wait_line is not None:
+        fields["wait_file"] = op.wait_file
+        fields["wait_line"] = op.wait_line
+    return fields
 
 
 def _plain(value: object) -> Any:

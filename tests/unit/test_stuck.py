@@ -361,3 +361,17 @@ def test_components_come_after_every_component_they_reach():
     position = {rank: i for i, component in enumerate(components) for rank in component}
     for rank, targets in graph.items():
         assert all(position[t] <= position[rank] for t in targets)
+
+
+def test_in_a_mismatched_collective_a_rank_waits_on_those_in_another_call() -> None:
+    # GIVEN ranks 0 and 1 in barrier #0 and rank 2 in an all_reduce at the same position
+    r0, r1, r2 = ranks(3)
+    r0.call("barrier", 10, complete=False)
+    r1.call("barrier", 10, complete=False)
+    r2.call("all_reduce", 12, count=4, complete=False)
+    wfg = wait_for([r0, r1, r2])
+    # THEN the barrier ranks wait on rank 2, not on each other; rank 2 on both
+    assert wfg.waiting[0].clauses[0].targets == (2,)
+    assert wfg.waiting[1].clauses[0].targets == (2,)
+    assert wfg.waiting[2].clauses[0].targets == (0, 1)
+    assert wfg.deadlocked == frozenset({0, 1, 2})

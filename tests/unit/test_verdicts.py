@@ -280,3 +280,16 @@ def test_a_done_after_a_failed_wait_leaves_the_op_failed():
     # THEN the failure is explained by rank 1's exit, not left to "job failed"
     assert report.verdict is Verdict.DEFECT
     assert FindingKind.ORPHANED_WAIT in {f.kind for f in report.findings}
+
+
+def test_calls_every_member_issued_that_never_complete_are_named_at_the_hang_timeout():
+    # GIVEN both ranks inside barrier #0, which both issued (gloo paired its messages
+    # with an earlier, dropped op), when dl2's hang timeout ended the job
+    r0, r1 = ranks(2)
+    r0.call("barrier", 30, complete=False)
+    r1.call("barrier", 31, complete=False)
+    stopped = replace(session([r0, r1]), process_states={0: ALIVE, 1: ALIVE}, ending="hang-timeout")
+    report = analyze(stopped, quiet={0: 20.0, 1: 20.0})
+    (finding,) = report.findings
+    assert finding.kind is FindingKind.HANG
+    assert {(o.rank, o.line) for o in finding.ops} == {(0, 30), (1, 31)}

@@ -220,7 +220,50 @@ def hang_findings(
         findings.extend(_group_creation_findings(graph, ending, quiet))
     if not findings:
         findings.extend(cycle_despite_threads(graph, wfg))
+    if ending == "hang-timeout" and not findings:
+        findings.extend(_stalled_calls_findings(graph, quiet))
     return findings
+
+
+def _stalled_calls_findings(graph: ExecutionGraph, quiet: Mapping[int, float]) -> list[Finding]:
+    """Ranks still inside calls the model saw matched (every member issued the
+    collective, the peer posted the message) when dl2's hang timeout ended the job, each
+    quiet for a while: gloo paired their messages otherwise, so the calls never
+    completed."""
+    stuck = []
+    for rank in sorted(graph.timelines):
+        blocked = graph.timelines[rank].blocked
+        if (
+            blocked is not None
+            and blocked.ops
+            and not blocked.ops[0].completed
+            and quiet.get(rank, 0.0) >= HANG_AFTER_S
+        ):
+            stuck.append(blocked.ops[0])
+    if not stuck:
+        return []
+    parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in stuck[:4]]
+    more = f" and {len(stuck) - 4} more" if len(stuck) > 4 else ""
+    return [
+        Finding(
+            kind=FindingKind.HANG,
+            ranks=tuple(o.rank for o in stuck),
+            ops=tuple(op_ref(o) for o in stuck),
+            message=(
+                f"Blocked until dl2's hang timeout ended the job: {'; '.join(parts)}{more}. "
+                "Every call they wait on was issued on the other side too, yet none completed: "
+                "gloo paired their messages with other operations."
+            ),
+            hint=(
+                "Look before these calls for an operation gloo matched otherwise than the "
+                "program meant: an isend/irecv whose work was dropped or waited on twice, "
+                "collectives of one group issued from two threads, or a group created in "
+                "another order on some rank."
+            ),
+            group=stuck[0].gid,
+            summary=f"{rank_list([o.rank for o in stuck])} stalled in matched calls",
+        )
+    ]
 
 
 def _oldest_unmet(graph: ExecutionGraph, rank: int) -> Clause | None:

@@ -293,3 +293,17 @@ def test_calls_every_member_issued_that_never_complete_are_named_at_the_hang_tim
     (finding,) = report.findings
     assert finding.kind is FindingKind.HANG
     assert {(o.rank, o.line) for o in finding.ops} == {(0, 30), (1, 31)}
+
+
+def test_a_mismatch_between_two_threads_collectives_says_so():
+    # GIVEN rank 0's metrics thread (tid 2) and main thread (tid 1) both reducing on the
+    # world group, rank 1's in the other order: position #0 pairs count 2 with count 1
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 14, count=2, tid=2)
+    r0.call("all_reduce", 19, count=1, tid=1, complete=False)
+    r1.call("all_reduce", 19, count=1, tid=1)
+    r1.call("all_reduce", 14, count=2, tid=2, complete=False)
+    report = analyze(session([r0, r1]))
+    (mismatch,) = [f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISMATCH]
+    assert "from more than one thread" in mismatch.hint
+    assert "Ranks 0 and 1 issue collectives on group 0" in mismatch.hint

@@ -67,6 +67,25 @@ def _mismatch_hint(differing: tuple[str, ...], op: str) -> str:
     return _FIELD_HINTS[key]
 
 
+def _threads_hint(graph: ExecutionGraph, gid: str) -> str:
+    """The cause when ranks issue a group's collectives from more than one thread: the
+    threads interleave differently on each rank (a group is one queue per rank)."""
+    shared = []
+    for rank, timeline in sorted(graph.timelines.items()):
+        tids = {op.tid for op in timeline.ops if op.gid == gid and op.kind == "collective"}
+        tids.discard(0)
+        if len(tids) > 1:
+            shared.append(rank)
+    if not shared:
+        return ""
+    return (
+        f"{rank_list(shared).capitalize()} issue{'s' if len(shared) == 1 else ''} "
+        f"collectives on group {gid} from more than one thread, which interleave "
+        "differently on each rank: give each thread a group of its own (dist.new_group) "
+        "or serialise them. "
+    )
+
+
 def _exchange_sizes(op: Op) -> str:
     if not op.splits or len(op.splits) != 2:
         return ""
@@ -97,7 +116,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                         f"First divergence on group {gid} at collective #{slot.index} "
                         f"({', '.join(slot.differing)} differ): {sides}."
                     ),
-                    hint=_mismatch_hint(slot.differing, ops[0].op),
+                    hint=_threads_hint(graph, gid) + _mismatch_hint(slot.differing, ops[0].op),
                     group=gid,
                 )
             )

@@ -302,3 +302,27 @@ def test_an_async_op_is_named_with_the_line_that_waits_on_it(tmp_path, capsys):
     ops = [op for f in json.loads((tmp_path / "r.json").read_text())["findings"] for op in f["ops"]]
     mine = [op for op in ops if op["rank"] == 0]
     assert mine and all((op["line"], op.get("wait_line")) == (12, 20) for op in mine)
+
+
+def test_a_trace_cut_short_is_incomplete_not_a_rank_that_never_issued(tmp_path, capsys):
+    import json
+
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    # GIVEN rank 1's trace cut in a partial record (its disk filled) though its process
+    # exited cleanly, after the first of the two all_reduces rank 0 issued
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 5)
+    r0.call("all_reduce", 6)
+    r0.end()
+    r1.call("all_reduce", 5)
+    run = write_run_dir([r0, r1], tmp_path / "run")
+    cut = sorted(run.glob("*.dl2.jsonl"))[1]
+    cut.write_text(cut.read_text() + '["o",20')
+    states = {"0": {"state": "exited"}, "1": {"state": "exited"}}
+    (run / "run.json").write_text(json.dumps({"reason": "finished", "ranks": states}))
+    assert main(["analyze", str(run)]) == 5
+    out = capsys.readouterr().out
+    assert "never issued" not in out
+    assert "the trace of rank(s) 1 stops before its end" in out

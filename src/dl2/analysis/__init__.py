@@ -46,6 +46,7 @@ from dl2.report import RankState
 from dl2.report import Report
 from dl2.report import Verdict
 from dl2.trace.session import ALIVE
+from dl2.trace.session import EXITED
 from dl2.trace.session import Session
 
 __all__ = ["ANALYSES", "Context", "analyze"]
@@ -207,7 +208,7 @@ def _blocked(wfg: WaitForGraph) -> bool:
     return any(node.status is RankStatus.BLOCKED for node in wfg.waiting.values())
 
 
-def _gaps(session: Session) -> list[str]:
+def _gaps(session: Session, graph: ExecutionGraph) -> list[str]:
     """What the session lacks: ranks without a readable trace, skipped records."""
     gaps = []
     missing = session.missing_ranks()
@@ -216,6 +217,18 @@ def _gaps(session: Session) -> list[str]:
     corrupt = session.corrupt_records()
     if corrupt:
         gaps.append(f"{corrupt} corrupt record{'s' if corrupt > 1 else ''} skipped")
+    # a process that exited cleanly writes its end record: a trace that stops in a
+    # partial record before it was cut short (a full disk), and its end is unknown
+    cut = [
+        rank
+        for rank, trace in sorted(session.traces.items())
+        if trace.truncated
+        and session.process_states.get(rank) == EXITED
+        and (timeline := graph.timelines.get(rank)) is not None
+        and timeline.ended is None
+    ]
+    if cut:
+        gaps.append(f"the trace of rank(s) {', '.join(map(str, cut))} stops before its end")
     return gaps
 
 
@@ -318,7 +331,7 @@ def analyze(
     missing = session.missing_ranks()
     if missing:
         warnings.append(f"no trace from rank(s) {', '.join(map(str, missing))}")
-    gaps = _gaps(session)
+    gaps = _gaps(session, graph)
     return Report(
         verdict=_verdict(wfg, findings, any_failed, left, session, bool(cut_off), gaps),
         findings=tuple(findings),

@@ -67,6 +67,14 @@ def _mismatch_hint(differing: tuple[str, ...], op: str) -> str:
     return _FIELD_HINTS[key]
 
 
+def _cut_short(graph: ExecutionGraph, rank: int) -> bool:
+    """Whether the rank's trace ends in a partial record with no end record: the rank
+    was killed while writing, or its disk filled; what it issued after is unknown (the
+    warnings say so), not missing."""
+    timeline = graph.timelines.get(rank)
+    return timeline is not None and timeline.truncated and timeline.ended is None
+
+
 def _threads_hint(graph: ExecutionGraph, gid: str) -> str:
     """The cause when ranks issue a group's collectives from more than one thread: the
     threads interleave differently on each rank (a group is one queue per rank)."""
@@ -124,7 +132,11 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
         for slot in slots:
             if slot.mismatched or not slot.missing:
                 continue
-            gone = [r for r in slot.missing if wfg.status(r).gone or job_ended]
+            gone = [
+                r
+                for r in slot.missing
+                if (wfg.status(r).gone or job_ended) and not _cut_short(graph, r)
+            ]
             if not gone:
                 continue
             issued = [slot.ops[r] for r in sorted(slot.ops)]

@@ -326,3 +326,26 @@ def test_a_trace_cut_short_is_incomplete_not_a_rank_that_never_issued(tmp_path, 
     out = capsys.readouterr().out
     assert "never issued" not in out
     assert "the trace of rank(s) 1 stops before its end" in out
+
+
+def test_a_trace_file_of_another_run_is_skipped_not_merged(tmp_path, capsys):
+    from dl2.trace.format import trace_file_name
+    from trace_builders import ranks
+
+    # GIVEN a 2-rank run's recv/recv deadlock, and rank 2's file of a 3-rank run copied in
+    r0, r1 = ranks(2)
+    r0.call("recv", 10, peer=1, complete=False)
+    r1.call("recv", 11, peer=0, complete=False)
+    _, _, stray = ranks(3)
+    stray.call("recv", 9, peer=1, complete=False)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / trace_file_name(0, 100)).write_text(r0.text(pid=100, run_id="aaa"))
+    (run / trace_file_name(1, 101)).write_text(r1.text(pid=101, run_id="aaa"))
+    (run / trace_file_name(2, 900)).write_text(stray.text(pid=900, run_id="bbb"))
+    assert main(["analyze", str(run), "-r", "json"]) == 3
+    import json
+
+    report = json.loads(capsys.readouterr().out)
+    assert report["world_size"] == 2
+    assert any("from another run (run id bbb" in w for w in report["warnings"])

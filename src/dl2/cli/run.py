@@ -26,6 +26,7 @@ from dl2.live.launcher import Job
 from dl2.live.launcher import launch_command
 from dl2.live.launcher import launch_ranks
 from dl2.live.launcher import prepare_run_dir
+from dl2.live.launcher import run_id
 from dl2.live.monitor import ON_DEADLOCK
 from dl2.live.monitor import Monitor
 from dl2.live.monitor import MonitorOptions
@@ -231,6 +232,7 @@ def _write_meta(
         "verdict_wall_time": outcome.verdict_wall_time,
         "deadlock_ranks": list(outcome.deadlocked),
         "notes": list(outcome.notes),
+        "run_id": run_id(run_dir),
     }
     if outcome.read_upto is not None:  # a later analysis reads what this one read
         meta["read_upto"] = dict(outcome.read_upto)

@@ -31,6 +31,7 @@ import dl2
 from dl2.errors import ConfigError
 from dl2.errors import LaunchError
 from dl2.record.writer import ENV_RANK_PID
+from dl2.record.writer import ENV_RUN_ID
 from dl2.trace.format import TRACE_SUFFIX
 
 BOOTSTRAP_DIR = Path(dl2.__file__).parent / "_bootstrap"
@@ -83,6 +84,20 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: run directory -> its run's id (one per run started by this process)
+_RUN_IDS: dict[str, str] = {}
+
+
+def run_id(run_dir: Path) -> str:
+    """The id of the run writing into ``run_dir`` (made on first use): the recorder
+    writes it in every header, so a trace file of another run is told apart."""
+    key = str(run_dir.resolve())
+    found = _RUN_IDS.get(key)
+    if found is None:
+        found = _RUN_IDS[key] = uuid.uuid4().hex[:16]
+    return found
+
+
 def recorder_env(run_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The job's environment: ours, plus the bootstrap on PYTHONPATH and dl2's settings."""
     env = dict(os.environ)
@@ -94,6 +109,7 @@ def recorder_env(run_dir: Path, extra: Mapping[str, str] | None = None) -> dict[
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["DL2_RUN_DIR"] = str(run_dir.resolve())
+    env[ENV_RUN_ID] = run_id(run_dir)
     env.pop(ENV_RANK_PID, None)  # the job's ranks descend from no rank
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.update(extra or {})

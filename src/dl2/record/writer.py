@@ -50,6 +50,8 @@ def retention_from_env() -> tuple[int, int]:
 
 #: set by a rank's recorder to its pid: a process that inherits it descends from a rank
 ENV_RANK_PID = "DL2_RANK_PID"
+#: set by ``dl2 run`` for its job: the run's id, in every trace header
+ENV_RUN_ID = "DL2_RUN_ID"
 
 
 class TraceWriter:
@@ -130,6 +132,7 @@ class TraceWriter:
             retain=(self.segment_bytes, self.keep),
             follows=True,
             child_of=self.child_of,
+            run_id=os.environ.get(ENV_RUN_ID) or None,
         )
 
     def open_segment(self, segment: int, prologue: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from enum import StrEnum
@@ -190,6 +191,26 @@ def read_limits(meta: Mapping[str, Any]) -> dict[str, int] | None:
     return {str(k): v for k, v in limits.items() if isinstance(v, int) and v >= 0}
 
 
+def run_of(headers: Sequence[Header], meta: Mapping[str, Any]) -> str | None:
+    """The run id the files of a run directory must carry: its run.json's, else the
+    commonest among the headers (None: none is known, every file is read)."""
+    given = meta.get("run_id")
+    if isinstance(given, str) and given:
+        return given
+    counts: dict[str, int] = {}
+    for header in headers:
+        if header.run_id is not None:
+            counts[header.run_id] = counts.get(header.run_id, 0) + 1
+    return max(counts, key=lambda k: counts[k]) if counts else None
+
+
+def foreign(header: Header, run: str | None) -> str | None:
+    """Why a file with ``header`` is not one of run ``run``'s, or None if it may be."""
+    if run is None or header.run_id is None or header.run_id == run:
+        return None
+    return f"from another run (run id {header.run_id}, this run's is {run})"
+
+
 def within_limits(files: list[Path], limits: Mapping[str, int] | None) -> list[Path]:
     """The files a run's analysis reads (see :func:`read_limits`)."""
     return files if limits is None else [f for f in files if f.name in limits]
@@ -276,6 +297,12 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
             traces.append(read_trace_stream(stream, limits))
         except TraceFormatError as err:
             errors.append(str(err))
+    run = run_of([trace.header for trace in traces], meta)
+    for trace in list(traces):
+        why = foreign(trace.header, run)
+        if why is not None:
+            errors.append(f"{trace.path}: {why}")
+            traces.remove(trace)
     if not traces:
         raise TraceFormatError(errors[0])
     warnings.extend(f"skipped {e}" for e in errors)

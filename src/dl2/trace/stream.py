@@ -36,12 +36,14 @@ from dl2.trace.schema.decode import Record
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 from dl2.trace.session import discover_trace_files
+from dl2.trace.session import foreign
 from dl2.trace.session import group_streams
 from dl2.trace.session import meta_warnings
 from dl2.trace.session import preference
 from dl2.trace.session import read_limits
 from dl2.trace.session import read_run_meta
 from dl2.trace.session import run_ending
+from dl2.trace.session import run_of
 from dl2.trace.session import run_states
 from dl2.trace.session import within_limits
 
@@ -247,6 +249,12 @@ def stream_session(
             readers.append(_Reader(stream, calls_sink is not None, limits))
         except TraceFormatError as err:
             errors[str(stream[0])] = str(err)
+    run = run_of([reader.header for reader in readers], meta)
+    for reader in list(readers):
+        why = foreign(reader.header, run)
+        if why is not None:
+            errors[reader.name] = f"{reader.name}: {why}"
+            readers.remove(reader)
     # per rank, its files in the order a session prefers them (newest first, later on a tie)
     choices: dict[int, list[_Reader]] = {}
     for reader in readers:

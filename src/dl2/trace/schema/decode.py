@@ -105,6 +105,9 @@ class Header(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k",
     #: the pid of the rank process this process descends from (a helper it started,
     #: say a checkpointing process with a group of its own), or None: a rank itself
     child_of: int | None = None
+    #: the run it belongs to (``dl2 run`` gives each run an id): a file of another run
+    #: found in a run directory is not taken for one of its ranks
+    run_id: str | None = None
 
 
 _ANY = msgspec.json.Decoder()

@@ -133,6 +133,8 @@ class RunCommand:
             hazards=args.hazards,
         )
         address = _store_address(args, target)
+        if address is not None:  # every node's dl2 run gives its ranks the same run id
+            run_id(run_dir, f"{address.host}:{address.port}/{address.run_id}")
         shared = SharedState(address, str(run_dir.resolve())) if address is not None else None
         env = {} if args.buffer_size is None else {ENV_BUFFER_SIZE: str(args.buffer_size)}
         if args.keep is not None:

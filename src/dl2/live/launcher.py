@@ -12,6 +12,7 @@ traces into a run directory of its own, ``dl2-runs/<time>-<label>`` by default.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import signal
@@ -88,13 +89,16 @@ def free_port() -> int:
 _RUN_IDS: dict[str, str] = {}
 
 
-def run_id(run_dir: Path) -> str:
+def run_id(run_dir: Path, shared: str | None = None) -> str:
     """The id of the run writing into ``run_dir`` (made on first use): the recorder
-    writes it in every header, so a trace file of another run is told apart."""
+    writes it in every header, so a trace file of another run is told apart.  A job
+    on several nodes (one ``dl2 run`` each) gives ``shared``, what every node knows
+    alike (its store's address and rendezvous id): their traces carry one id."""
     key = str(run_dir.resolve())
     found = _RUN_IDS.get(key)
     if found is None:
-        found = _RUN_IDS[key] = uuid.uuid4().hex[:16]
+        made = uuid.uuid4().hex if shared is None else hashlib.sha1(shared.encode()).hexdigest()
+        found = _RUN_IDS[key] = made[:16]
     return found
 
 

@@ -141,6 +141,10 @@ object::
              "keep": segments kept, the oldest deleted (0: all)}
     follows true when the writer marks with ``via`` every P2P op whose peer came from a
             wildcard receive's returned sender (absent: such ops are not told apart)
+    child_of the pid of the rank process this process descends from (a helper the rank
+            started: a checkpointing process, an eval job); absent for a rank itself
+    run_id  the id ``dl2 run`` gave the run (absent when recorded without it): a
+            file of another run is not read as one of this run's ranks
 
 Every later line is a JSON array whose first element names its kind.  Lines depend on
 the lines before them in the same segment, so a reader goes through a segment in order

@@ -54,6 +54,14 @@ def test_n_and_a_command_together_are_refused(tmp_path, capsys, monkeypatch):
     assert "not both" in capsys.readouterr().err
 
 
+def test_several_run_directories_are_refused_in_one_line(tmp_path, capsys):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rank00000.1.dl2.jsonl").write_text("")
+    assert main(["analyze", str(tmp_path / "a"), str(tmp_path / "b")]) == 2
+    assert "give one run directory at a time" in capsys.readouterr().err
+
+
 def test_empty_run_dir(tmp_path, capsys):
     assert main(["analyze", str(tmp_path)]) == 2
     assert "no dl2 trace files" in capsys.readouterr().err

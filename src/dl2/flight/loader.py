@@ -127,6 +127,12 @@ def load_flight_session(paths: Sequence[str | os.PathLike[str]]) -> Session:
     files = [p for p in dump_candidates(paths) if _is_dump(p)]
     if not files:
         where = ", ".join(str(p) for p in paths)
+        runs = [p for p in paths if Path(p).is_dir() and any(Path(p).glob(f"*{TRACE_SUFFIX}"))]
+        if len(paths) > 1 and runs:
+            raise NoDataError(
+                f"{where}: give one run directory at a time (several paths are read as "
+                "the Flight Recorder dumps of one job)"
+            )
         raise NoDataError(f"{where}: no dl2 trace and no Flight Recorder dump found")
     dumps: dict[int, tuple[Path, FrDump]] = {}
     for path in files:

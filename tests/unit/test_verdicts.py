@@ -307,3 +307,21 @@ def test_a_mismatch_between_two_threads_collectives_says_so():
     (mismatch,) = [f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISMATCH]
     assert "from more than one thread" in mismatch.hint
     assert "Ranks 0 and 1 issue collectives on group 0" in mismatch.hint
+
+
+def test_a_hang_on_a_ranks_other_thread_is_told_from_the_rank_that_waits_on_it():
+    # GIVEN rank 0's worker thread in an all_reduce on group 1 that rank 1's worker
+    # (finished) never joins, rank 0's main thread outside communication (a join), and
+    # rank 1's main thread in a barrier that waits on rank 0
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.create_group("1", [0, 1])
+        r.threads(1)
+    r1.threads(0)
+    r0.call("all_reduce", 14, gid="1", tid=2, complete=False)
+    r1.call("barrier", 27, tid=1, complete=False)
+    stopped = replace(session([r0, r1]), process_states={0: ALIVE, 1: ALIVE}, ending="hang-timeout")
+    report = analyze(stopped, quiet={0: 20.0, 1: 20.0})
+    (finding,) = report.findings
+    assert finding.kind is FindingKind.HANG
+    assert finding.summary.startswith("rank 1 (and 1 more) blocked in barrier #0"), finding.summary

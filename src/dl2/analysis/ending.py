@@ -184,6 +184,9 @@ def hang_findings(
     findings = []
     for key, stuck in groups.items():
         roots = list(key)  # the ranks outside communication they wait on
+        # a stuck rank that is itself a root (its blocked thread aside, another of its
+        # threads is outside communication) is named after those that wait on it
+        stuck.sort(key=lambda r: r in key)
         ops = [wfg.nodes[r].clauses[0].op for r in stuck]
         parts = waiting_parts(ops, 3)
         waited = "; ".join(_root_text(graph, wfg, r) for r in roots[:3])

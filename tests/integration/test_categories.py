@@ -234,7 +234,7 @@ def test_dl2_run(case: Case, dl2_bin: Path, tmp_path: Path) -> None:
             assert not stores, f"store calls recorded in {case.name}: {stores[:3]}"
 
     assert report.get("format") == "dl2-report", context
-    assert report.get("format_version") == 1, context
+    assert report.get("format_version") == 2, context
     expected_code = EXIT_CODES[case.label]
     assert returncode == expected_code, f"exit {returncode}, expected {expected_code}\n{context}"
     assert report["verdict"] == case.label, context

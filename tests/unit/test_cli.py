@@ -234,7 +234,9 @@ def test_analyze_of_a_job_that_failed_says_so_as_dl2_run_did(tmp_path, capsys):
     (run / "run.json").write_text(json.dumps({"reason": "finished", "job_exit_code": 3}))
     capsys.readouterr()
     assert main(["analyze", str(run), "-r", "json"]) == 1
-    assert json.loads(capsys.readouterr().out)["verdict"] == "job-failed"
+    report = json.loads(capsys.readouterr().out)
+    assert report["verdict"] == "job-failed"
+    assert report["job"] == {"ended": "finished", "exit_status": 3}
 
 
 def test_traces_alone_that_stop_mid_call_are_read_as_a_job_killed_there(tmp_path, capsys):

@@ -4,12 +4,14 @@ PyTorch Flight Recorder dumps (told apart by content)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from dl2.analysis import analyze
 from dl2.cli.options import add_hazards
 from dl2.cli.options import add_json
 from dl2.cli.output import emit
 from dl2.cli.output import ended_verdict
+from dl2.cli.output import job_facts
 from dl2.cli.output import write_html_or_fail
 from dl2.errors import ConfigError
 from dl2.flight.loader import is_flight_input
@@ -70,6 +72,8 @@ class AnalyzeCommand:
         report = analyze(session, graph=graph, quiet=run_quiet(meta), hazards=args.hazards)
         # as `dl2 run` concluded: a job that failed or was stopped is not ok
         report = ended_verdict(report, meta.get("reason"), meta.get("job_exit_code"))
+        facts = job_facts(meta.get("command"), meta.get("reason"), meta.get("job_exit_code"))
+        report = replace(report, job=facts)
         emit(report, args.json, args.renderer, args.output)
         if args.html:
             write_html_or_fail(report, args.html, graph)

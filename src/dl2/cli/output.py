@@ -54,12 +54,26 @@ def ended_verdict(report: Report, reason: Any, job_exit_code: Any) -> Report:
     return report
 
 
+def job_facts(command: Any, reason: Any, exit_status: Any) -> dict[str, object]:
+    """The report's ``job``: what the launcher saw of the job (its command, how it
+    ended, its exit status), from a monitored run or its run.json."""
+    facts: dict[str, object] = {}
+    if isinstance(command, list) and command:
+        facts["command"] = [str(part) for part in command]
+    if isinstance(reason, str):
+        facts["ended"] = reason
+    if isinstance(exit_status, int) and reason == "finished":  # not what dl2's stop left
+        facts["exit_status"] = exit_status
+    return facts
+
+
 def conclude(
     outcome: Outcome,
     report: Report,
     run_dir: Path,
     json_path: str | None,
     stop_notes: Mapping[str, str],
+    command: list[str] | None = None,
 ) -> Report:
     """Finish, show and save the report of a monitored run; returns it as shown.
 
@@ -75,6 +89,7 @@ def conclude(
     if extra:
         report = replace(report, warnings=(*report.warnings, *extra))
     report = ended_verdict(report, outcome.reason, outcome.job_exit_code)
+    report = replace(report, job=job_facts(command, outcome.reason, outcome.job_exit_code))
     try:
         write_report(get_renderer("json"), report, str(run_dir / "report.json"))
     except Dl2Error:

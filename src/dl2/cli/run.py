@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -197,8 +198,9 @@ class RunCommand:
                 "interrupted by the user (SIGINT, SIGTERM, SIGHUP or SIGQUIT): dl2 stopped the job"
             ),
         }
-        report = conclude(outcome, report, run_dir, args.json, stop_notes)
-        print(f"dl2: traces in {run_dir}  (re-analyse: dl2 analyze {run_dir})", file=sys.stderr)
+        report = conclude(outcome, report, run_dir, args.json, stop_notes, target)
+        quoted = shlex.quote(str(run_dir))
+        print(f"dl2: traces in {run_dir}  (re-analyse: dl2 analyze {quoted})", file=sys.stderr)
         page = Path(run_dir) / REPORT_HTML
         if page.exists():
             print(f"dl2: report drawn in {page}", file=sys.stderr)

@@ -325,3 +325,24 @@ def test_a_hang_on_a_ranks_other_thread_is_told_from_the_rank_that_waits_on_it()
     (finding,) = report.findings
     assert finding.kind is FindingKind.HANG
     assert finding.summary.startswith("rank 1 (and 1 more) blocked in barrier #0"), finding.summary
+
+
+def test_sizes_that_differ_between_two_call_sites_point_at_an_extra_collective():
+    # GIVEN rank 0's metric all_reduce (line 11, one float) meeting rank 1's gradient
+    # all_reduce (line 22, eight floats): rank 0 logged once more than rank 1
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 11, count=1)
+    r1.call("all_reduce", 22, count=8)
+    (finding,) = [
+        f for f in analyze(session([r0, r1])).findings if f.kind is FindingKind.COLLECTIVE_MISMATCH
+    ]
+    assert "from different lines of the program" in finding.hint
+    assert "padding" not in finding.hint
+    # and the same line with different sizes keeps the padding hint
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 11, count=1)
+    r1.call("all_reduce", 11, count=8)
+    (finding,) = [
+        f for f in analyze(session([r0, r1])).findings if f.kind is FindingKind.COLLECTIVE_MISMATCH
+    ]
+    assert "padding" in finding.hint

@@ -56,8 +56,21 @@ _FIELD_HINTS = {
 }
 
 
-def _mismatch_hint(differing: tuple[str, ...], op: str) -> str:
+#: the hint when the ranks reached one position from different lines of the program
+_SHIFTED_HINT = (
+    "The ranks reached this collective from different lines of the program: they are "
+    "not in the same call, so its {what} cannot agree. One rank issued a collective more "
+    "(or one fewer) on this group before this point (a rank-dependent branch, a skipped "
+    "step, a callback or hook that communicates on one rank only); compare each rank's "
+    "collectives on the group up to here."
+)
+
+
+def _mismatch_hint(differing: tuple[str, ...], op: str, ops: list[Op] | None = None) -> str:
     key = "op" if "op" in differing else differing[0]
+    sites = {(f.file, f.line) for o in ops or () if (f := o.frame) is not None}
+    if key in ("count", "dtype", "redop", "root") and len(sites) > 1:
+        return _SHIFTED_HINT.format(what=", ".join(differing))
     if key == "splits" and op == "reduce_scatter":
         return (
             "The ranks cut the reduce_scatter input into shards of different sizes (shard i "
@@ -124,7 +137,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                         f"First divergence on group {gid} at collective #{slot.index} "
                         f"({', '.join(slot.differing)} differ): {sides}."
                     ),
-                    hint=_threads_hint(graph, gid) + _mismatch_hint(slot.differing, ops[0].op),
+                    hint=_threads_hint(graph, gid) + _mismatch_hint(slot.differing, ops[0].op, ops),
                     group=gid,
                 )
             )

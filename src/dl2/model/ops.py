@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from functools import cached_property
 
+from dl2.trace.schema import NO_RANK
 from dl2.trace.schema.decode import Frame as Frame  # re-exported: the model's frames
 from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.schema.decode import NonMemberRecord
@@ -131,7 +132,7 @@ class Op:
         if self.redop:
             parts.append(self.redop)
         if self.root is not None:
-            parts.append(f"root={self.root}")
+            parts.append(f"root={self.root}" if self.root != NO_RANK else "root=(no rank)")
         if self.tag:
             parts.append(f"tag={self.tag}")
         return " ".join(parts)

@@ -114,7 +114,7 @@ def op_label(op: OpRef) -> str:
         return f"{op.op}←{peer_label(op.peer)}"
     where = f"group {op.group}" if op.seq is None else f"group {op.group} #{op.seq}"
     if op.peer is not None:
-        where += f", root {op.peer}"
+        where += f", root {peer_label(op.peer)}"
     return f"{op.op}({where})"
 
 

@@ -346,3 +346,17 @@ def test_sizes_that_differ_between_two_call_sites_point_at_an_extra_collective()
         f for f in analyze(session([r0, r1])).findings if f.kind is FindingKind.COLLECTIVE_MISMATCH
     ]
     assert "padding" in finding.hint
+
+
+def test_a_rank_waited_on_inside_a_matched_call_is_named_in_it():
+    # GIVEN rank 1's broadcast #0 that returned at once (meta tensors: no data moved) and
+    # rank 0 still inside its broadcast #0, while rank 1 waits in barrier #1
+    r0, r1 = ranks(2)
+    r0.call("broadcast", 13, root=0, complete=False)
+    r1.call("broadcast", 13, root=0)
+    r1.call("barrier", 14, complete=False)
+    stopped = replace(session([r0, r1]), process_states={0: ALIVE, 1: ALIVE}, ending="hang-timeout")
+    report = analyze(stopped, quiet={0: 20.0, 1: 20.0})
+    text = " ".join(f.message for f in report.findings)
+    assert "rank 0 (still inside its broadcast" in text and "train.py:13" in text, text
+    assert "did not record" not in text

@@ -142,6 +142,16 @@ def _root_text(graph: ExecutionGraph, wfg: WaitForGraph, rank: int) -> str:
         return f"rank {rank} (which left no trace)"
     if status is RankStatus.SPINNING:
         return f"rank {rank} (polling is_completed() in a loop)"
+    timeline = graph.timelines.get(rank)
+    blocked = timeline.blocked if timeline is not None else None
+    if blocked is not None and blocked.ops and not blocked.ops[0].completed:
+        # inside a recorded call the model saw matched (every member issued it), which
+        # still never completed: gloo paired it otherwise (a peer's call moved no data)
+        op = blocked.ops[0]
+        return (
+            f"rank {rank} (still inside its {phrase(op)} at {where(op)}, which every "
+            "member issued: it never completed)"
+        )
     stack = suspect_stack(graph, rank)
     state = WHERE_TEXT.get(suspect_where(graph, rank) or "", "outside communication")
     if stack:

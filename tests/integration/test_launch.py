@@ -50,3 +50,28 @@ def test_a_json_path_that_cannot_be_written_costs_neither_verdict_nor_report(
     assert run.report["verdict"] == "deadlock", run.output  # run_dir/report.json
     assert (tmp_path / "run" / "report.html").exists()
     assert "cannot write the report to" in run.output, run.output
+
+
+@pytest.mark.timeout(150)
+def test_dl2_analyze_of_a_deadlocked_run_reads_what_the_live_verdict_read(
+    dl2_bin: Path, tmp_path: Path
+) -> None:
+    import json
+    import subprocess
+
+    sendsend = Path(__file__).resolve().parents[2] / "examples" / "sendsend.py"
+    run = dl2_run(dl2_bin, tmp_path / "run", ["-n", "2", str(sendsend)])
+    assert run.returncode == 3, run.output
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert set(meta["read_upto"]) == {p.name for p in (tmp_path / "run").glob("*.dl2.jsonl")}
+    offline = subprocess.run(
+        [str(dl2_bin), "analyze", str(tmp_path / "run"), "-r", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert offline.returncode == 3, offline.stderr
+    live = run.report
+    again = json.loads(offline.stdout)
+    assert again["verdict"] == live["verdict"]
+    assert again["findings"] == live["findings"]

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -336,6 +337,7 @@ class Monitor:
             notes=tuple(self.notes),
             remote=verdict,
             remote_report=report_json,
+            read_upto=self._read_upto,
         )
 
     def _check_faults(self, now: float, local: Mapping[int, str]) -> None:
@@ -464,6 +466,9 @@ class Monitor:
                 self.on_report(report)
             self.nodes.publish(dict(verdict, action="report"), report)
             return None
+        # the job ends here: read as a later `dl2 analyze` of the run will (its ending
+        # "deadlock": ranks blocked beside the cycle are hangs too)
+        report = self.analyze(replace(snapshot.session, ending="deadlock"), snapshot)
         self.nodes.publish(dict(verdict, action="abort"), report)
         self.stop_job()
         return Outcome(
@@ -475,6 +480,7 @@ class Monitor:
             notes=tuple(self.notes),
             deadlocked=tuple(sorted(deadlocked)),
             graph=self.tailer.model.graph(),
+            read_upto=self._read_upto,
         )
 
     def _hang_timeout(

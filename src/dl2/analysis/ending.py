@@ -182,6 +182,11 @@ def hang_findings(
     """
     if not ended_outside:
         return []
+    # ranks with other threads alive whose oldest calls wait only on each other: the
+    # cycle explains it, whatever call a thread that kept communicating was in last
+    threaded = cycle_despite_threads(graph, wfg)
+    if threaded:
+        return threaded
     groups: dict[tuple[int, ...], list[int]] = {}
     roots_of = _roots(wfg, graph)
     for rank, node in wfg.waiting.items():
@@ -231,8 +236,6 @@ def hang_findings(
         findings.extend(_rewait_findings(graph))
     if not findings:
         findings.extend(_group_creation_findings(graph, ending, quiet))
-    if not findings:
-        findings.extend(cycle_despite_threads(graph, wfg))
     if ending == "hang-timeout" and not findings:
         findings.extend(_stalled_calls_findings(graph, quiet))
     return findings

@@ -359,3 +359,36 @@ def test_a_trace_file_of_another_run_is_skipped_not_merged(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["world_size"] == 2
     assert any("from another run (run id bbb" in w for w in report["warnings"])
+
+
+def test_a_run_directory_that_cannot_be_listed_is_one_line(tmp_path, capsys, monkeypatch):
+    from pathlib import Path
+
+    run = tmp_path / "run"
+    run.mkdir()
+    listing = Path.iterdir
+
+    def refuse(self):
+        if self == run:
+            raise PermissionError(13, "Permission denied")
+        return listing(self)
+
+    monkeypatch.setattr(Path, "iterdir", refuse)
+    assert main(["analyze", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "cannot list the run directory: Permission denied" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_read_limits_that_name_no_trace_file_are_ignored(tmp_path, capsys):
+    import json
+
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    r0, r1 = ranks(2)
+    r0.call("recv", 10, peer=1, complete=False)
+    r1.call("recv", 11, peer=0, complete=False)
+    run = write_run_dir([r0, r1], tmp_path / "run")
+    (run / "run.json").write_text(json.dumps({"reason": "deadlock", "read_upto": {"x": 3}}))
+    assert main(["analyze", str(run)]) == 3

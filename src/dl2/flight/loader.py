@@ -62,7 +62,10 @@ def is_dl2_run(paths: Sequence[str | os.PathLike[str]]) -> bool:
     """One directory holding dl2 trace files (a run directory), or no dump at all."""
     if len(paths) != 1 or not Path(paths[0]).is_dir():
         return False
-    return any(p.name.endswith(TRACE_SUFFIX) for p in Path(paths[0]).iterdir())
+    try:
+        return any(p.name.endswith(TRACE_SUFFIX) for p in Path(paths[0]).iterdir())
+    except OSError:
+        return True  # a directory it cannot list: the run reader says why, in one line
 
 
 def is_flight_input(paths: Sequence[str | os.PathLike[str]]) -> bool:
@@ -127,7 +130,7 @@ def load_flight_session(paths: Sequence[str | os.PathLike[str]]) -> Session:
     files = [p for p in dump_candidates(paths) if _is_dump(p)]
     if not files:
         where = ", ".join(str(p) for p in paths)
-        runs = [p for p in paths if Path(p).is_dir() and any(Path(p).glob(f"*{TRACE_SUFFIX}"))]
+        runs = [p for p in paths if Path(p).is_dir() and is_dl2_run([p])]
         if len(paths) > 1 and runs:
             raise NoDataError(
                 f"{where}: give one run directory at a time (several paths are read as "

@@ -212,8 +212,12 @@ def foreign(header: Header, run: str | None) -> str | None:
 
 
 def within_limits(files: list[Path], limits: Mapping[str, int] | None) -> list[Path]:
-    """The files a run's analysis reads (see :func:`read_limits`)."""
-    return files if limits is None else [f for f in files if f.name in limits]
+    """The files a run's analysis reads (see :func:`read_limits`); every file when the
+    limits name none of them (a run.json edited or of another run)."""
+    if limits is None:
+        return files
+    kept = [f for f in files if f.name in limits]
+    return kept if kept else files
 
 
 def preference(header: Header) -> tuple[int, bool, int]:

@@ -75,3 +75,12 @@ def test_dl2_analyze_of_a_deadlocked_run_reads_what_the_live_verdict_read(
     again = json.loads(offline.stdout)
     assert again["verdict"] == live["verdict"]
     assert again["findings"] == live["findings"]
+
+
+@pytest.mark.timeout(150)
+def test_torchs_detail_checks_still_run_under_dl2(dl2_bin: Path, tmp_path: Path) -> None:
+    case = CASES / "case_debug_detail.py"
+    run = dl2_run(dl2_bin, tmp_path / "run", ["--hang-timeout", "60", "-n", "2", str(case)])
+    assert "Detected mismatch between collectives" in run.output, run.output
+    assert run.returncode == 4, run.output  # the mismatch, from the trace
+    assert run.wall < 50, run.output  # failed fast, as without dl2; not a hang timeout

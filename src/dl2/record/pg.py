@@ -496,6 +496,21 @@ for _method, (_op, _describe) in COLLECTIVES.items():
     setattr(RecordingProcessGroup, _method, _make_collective(_method, _op, _describe))
 
 
+def _debug_wrapper(backend: Any, store: Any, gid: str, rank: int, size: int, timeout: Any) -> Any:
+    """The backend behind torch's ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` checker, as torch
+    puts it around its own gloo backend (a group that is a ProcessGroup, as dl2's is,
+    gets none from torch): a job that fails fast on a collective mismatch without dl2
+    fails so under dl2 too."""
+    c10d = dist.distributed_c10d
+    try:
+        if c10d.get_debug_level() != c10d.DebugLevel.DETAIL:
+            return backend
+        wrap = c10d._create_process_group_wrapper
+    except Exception:
+        return backend
+    return wrap(backend, gid, store, rank, size, timeout)
+
+
 def create_group(recorder: Recorder, dist_opts: Any, backend_options: Any) -> Any:
     """The backend creator registered as "dl2" (``extended_api=True``).
 
@@ -518,6 +533,7 @@ def create_group(recorder: Recorder, dist_opts: Any, backend_options: Any) -> An
         backend.options.global_ranks_in_group = given
         backend.options.group_name = gid
         backend._set_sequence_number_for_group()
+        backend = _debug_wrapper(backend, store, gid, rank, size, dist_opts.timeout)
     except BaseException as err:
         if oid:
             recorder.ret(oid, err)

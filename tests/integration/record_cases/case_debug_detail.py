@@ -6,8 +6,8 @@ import os
 
 os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch
+import torch.distributed as dist
 
 dist.init_process_group("gloo")
 t = torch.ones(4)

@@ -272,7 +272,12 @@ def test_predict_of_a_run_with_a_rank_missing_is_not_a_clean_bill(tmp_path, caps
     assert "no trace from rank(s) 2" in capsys.readouterr().err
 
 
-def test_a_ranks_own_trace_is_preferred_to_a_helper_process_it_started(tmp_path, capsys):
+@pytest.mark.parametrize(
+    "told",
+    [{"child_of": 1000}, {"ppid": 1000}],  # started after its rank's trace opened, or before
+    ids=["child_of", "ppid"],
+)
+def test_a_ranks_own_trace_is_preferred_to_a_helper_process_it_started(told, tmp_path, capsys):
     from dl2.trace.format import trace_file_name
     from trace_builders import ranks
 
@@ -287,7 +292,7 @@ def test_a_ranks_own_trace_is_preferred_to_a_helper_process_it_started(tmp_path,
     run.mkdir()
     (run / trace_file_name(0, 1000)).write_text(r0.text(pid=1000, wall=1))
     (run / trace_file_name(1, 1001)).write_text(r1.text(pid=1001, wall=1))
-    (run / trace_file_name(0, 2000)).write_text(helper.text(pid=2000, wall=5, child_of=1000))
+    (run / trace_file_name(0, 2000)).write_text(helper.text(pid=2000, wall=5, **told))
     assert main(["analyze", str(run)]) == 3
     out = capsys.readouterr().out
     assert "train.py:27" in out and "train.py:90" not in out

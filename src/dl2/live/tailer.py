@@ -365,15 +365,17 @@ class TraceTailer:
 
     def _find_newest(self) -> dict[int, _File]:
         best: dict[int, _File] = {}
-        for entry in self._ranked():
+        ranked = list(self._ranked())
+        traced = {(e.header.host, e.header.pid) for e in ranked if e.header is not None}
+        for entry in ranked:
             rank = entry.rank
             other = best.get(rank)
             assert entry.header is not None
-            key = (*preference(entry.header), entry.segment)
+            key = (*preference(entry.header, traced), entry.segment)
             if (
                 other is None
                 or other.header is None
-                or key >= (*preference(other.header), other.segment)
+                or key >= (*preference(other.header, traced), other.segment)
             ):
                 best[rank] = entry
         return best

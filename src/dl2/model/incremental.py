@@ -144,7 +144,10 @@ class Model:
         current = self._ranks.get(rank)
         entry = _File(header, None)
         self._files[key] = entry
-        if current is None or preference(self._files[current].header) <= preference(header):
+        traced = {(f.header.host, f.header.pid) for f in self._files.values()}
+        if current is None or preference(self._files[current].header, traced) <= preference(
+            header, traced
+        ):
             if current is not None:
                 self._leave(current)
             entry.rank_model = self._models[rank] = RankModel(rank, self.matcher)

@@ -92,6 +92,7 @@ class TraceWriter:
         self.rank = rank
         self.world_size = world_size
         self.pid = os.getpid()
+        self.ppid = os.getppid()
         self.enabled = False
         self.path: str | None = None
         self.t0 = time.monotonic_ns()
@@ -133,6 +134,7 @@ class TraceWriter:
             follows=True,
             child_of=self.child_of,
             run_id=os.environ.get(ENV_RUN_ID) or None,
+            ppid=self.ppid,
         )
 
     def open_segment(self, segment: int, prologue: str) -> None:

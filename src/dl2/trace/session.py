@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -220,13 +221,17 @@ def within_limits(files: list[Path], limits: Mapping[str, int] | None) -> list[P
     return kept if kept else files
 
 
-def preference(header: Header) -> tuple[int, bool, int]:
+def preference(header: Header, traced: Collection[tuple[str, int]] = ()) -> tuple[int, bool, int]:
     """Which of a rank's trace files is its own, the greatest first: the one of the
     largest world (a rank's child process that runs a small job of its own, an eval
     with a one-process group, writes a trace for its "rank 0" too), then a rank's over
-    a process a rank started (a checkpointing helper with a group of the same size),
-    then the newest (a restarted rank)."""
-    return (header.world_size, header.child_of is None, header.wall)
+    a process a traced process started (``traced``: the (host, pid) of the run's traces; a
+    checkpointing helper with a group of the same size, started before its rank's own
+    trace opened or after), then the newest (a restarted rank)."""
+    helper = header.child_of is not None or (
+        header.ppid != 0 and (header.host, header.ppid) in traced
+    )
+    return (header.world_size, not helper, header.wall)
 
 
 def build_session(
@@ -240,15 +245,16 @@ def build_session(
     picks its own."""
     notes = list(warnings or [])
     by_rank: dict[int, RankTrace] = {}
+    traced = {(trace.header.host, trace.header.pid) for trace in traces}
     for trace in traces:
         previous = by_rank.get(trace.rank)
         if previous is not None:
-            if preference(previous.header) > preference(trace.header):
+            if preference(previous.header, traced) > preference(trace.header, traced):
                 previous, trace = trace, previous
             kept, other = trace.header, previous.header
             if kept.world_size != other.world_size:
                 why = f"world of {kept.world_size}, the largest"
-            elif (kept.child_of is None) != (other.child_of is None):
+            elif preference(kept, traced)[1] != preference(other, traced)[1]:
                 why = "the rank's own process; the other is a process it started"
             else:
                 why = f"world of {kept.world_size}, opened last"

@@ -259,8 +259,9 @@ def stream_session(
     choices: dict[int, list[_Reader]] = {}
     for reader in readers:
         choices.setdefault(reader.header.rank, []).insert(0, reader)
+    traced = {(reader.header.host, reader.header.pid) for reader in readers}
     for options in choices.values():
-        options.sort(key=lambda r: preference(r.header), reverse=True)
+        options.sort(key=lambda r: preference(r.header, traced), reverse=True)
     reading = [options.pop(0) for options in choices.values()]
     while reading:
         size = min(chunk_bytes, max(MIN_CHUNK_BYTES, ROUND_BYTES // len(reading)))

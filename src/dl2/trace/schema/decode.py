@@ -108,6 +108,8 @@ class Header(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k",
     #: the run it belongs to (``dl2 run`` gives each run an id): a file of another run
     #: found in a run directory is not taken for one of its ranks
     run_id: str | None = None
+    #: the pid of the process that started this one (a traced parent makes it a helper)
+    ppid: int = 0
 
 
 _ANY = msgspec.json.Decoder()

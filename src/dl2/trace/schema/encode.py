@@ -127,6 +127,7 @@ def header_line(
     follows: bool = False,
     child_of: int | None = None,
     run_id: str | None = None,
+    ppid: int | None = None,
 ) -> str:
     """The header line of a segment; ``emulate`` is ``(eager_bytes, fused_batches)``,
     ``retain`` is ``(segment_bytes, keep)``; ``follows``: P2P ops carry ``via`` (see
@@ -157,6 +158,8 @@ def header_line(
         record["child_of"] = child_of
     if run_id is not None:
         record["run_id"] = run_id
+    if ppid is not None:
+        record["ppid"] = ppid
     if emulate is not None:
         record["emulate"] = {"eager_bytes": emulate[0], "fused_batches": emulate[1]}
     if retain is not None:

@@ -143,6 +143,8 @@ object::
             wildcard receive's returned sender (absent: such ops are not told apart)
     child_of the pid of the rank process this process descends from (a helper the rank
             started: a checkpointing process, an eval job); absent for a rank itself
+    ppid    the pid of the process that started this one (a traced parent makes this
+            one a helper of a rank, whenever its own trace opened)
     run_id  the id ``dl2 run`` gave the run (absent when recorded without it): a
             file of another run is not read as one of this run's ranks
 

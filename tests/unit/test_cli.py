@@ -397,3 +397,16 @@ def test_read_limits_that_name_no_trace_file_are_ignored(tmp_path, capsys):
     run = write_run_dir([r0, r1], tmp_path / "run")
     (run / "run.json").write_text(json.dumps({"reason": "deadlock", "read_upto": {"x": 3}}))
     assert main(["analyze", str(run)]) == 3
+
+
+def test_ranks_started_with_different_world_sizes_are_told(tmp_path, capsys):
+    from trace_builders import RankBuilder
+    from trace_builders import write_run_dir
+
+    # GIVEN rank 1 started with a stale world_size=3 in a 2-rank job
+    r0, r1 = RankBuilder(0, 2), RankBuilder(1, 3)
+    r0.call("all_reduce", 13, complete=False)
+    r1.create_group("0", [0, 1, 2], line=11, complete=False)
+    main(["analyze", str(write_run_dir([r0, r1], tmp_path / "run"))])
+    out = capsys.readouterr().out
+    assert "different world sizes (rank(s) 0: 2; rank(s) 1: 3)" in out

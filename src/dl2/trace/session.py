@@ -270,6 +270,17 @@ def build_session(
         notes.extend(note for _, note in trace.skipped[:MAX_SKIP_NOTES])
         if len(trace.skipped) > MAX_SKIP_NOTES:
             notes.append(f"rank {rank}: {len(trace.skipped)} corrupt records skipped in all")
+    sizes: dict[int, list[int]] = {}
+    for rank, trace in sorted(by_rank.items()):
+        sizes.setdefault(trace.header.world_size, []).append(rank)
+    if len(sizes) > 1:
+        told = "; ".join(
+            f"rank(s) {', '.join(map(str, ranks))}: {size}" for size, ranks in sorted(sizes.items())
+        )
+        notes.append(
+            f"the ranks were started with different world sizes ({told}): the job is read "
+            f"as a world of {max(sizes)}, and a rank none started leaves no trace"
+        )
     rotated = [str(rank) for rank, trace in sorted(by_rank.items()) if trace.rotated]
     if rotated:
         notes.append(

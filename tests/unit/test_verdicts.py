@@ -330,25 +330,23 @@ def test_a_hang_through_a_ranks_worker_thread_is_read_as_the_cycle_it_closes():
     assert "another thread of rank 0" in finding.message, finding.message
 
 
+def _mismatch_hint_of(line0: int, line1: int) -> str:
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", line0, count=1)
+    r1.call("all_reduce", line1, count=8)
+    findings = analyze(session([r0, r1])).findings
+    (finding,) = [f for f in findings if f.kind is FindingKind.COLLECTIVE_MISMATCH]
+    return finding.hint
+
+
 def test_sizes_that_differ_between_two_call_sites_point_at_an_extra_collective():
     # GIVEN rank 0's metric all_reduce (line 11, one float) meeting rank 1's gradient
     # all_reduce (line 22, eight floats): rank 0 logged once more than rank 1
-    r0, r1 = ranks(2)
-    r0.call("all_reduce", 11, count=1)
-    r1.call("all_reduce", 22, count=8)
-    (finding,) = [
-        f for f in analyze(session([r0, r1])).findings if f.kind is FindingKind.COLLECTIVE_MISMATCH
-    ]
-    assert "from different lines of the program" in finding.hint
-    assert "padding" not in finding.hint
+    hint = _mismatch_hint_of(11, 22)
+    assert "from different lines of the program" in hint
+    assert "padding" not in hint
     # and the same line with different sizes keeps the padding hint
-    r0, r1 = ranks(2)
-    r0.call("all_reduce", 11, count=1)
-    r1.call("all_reduce", 11, count=8)
-    (finding,) = [
-        f for f in analyze(session([r0, r1])).findings if f.kind is FindingKind.COLLECTIVE_MISMATCH
-    ]
-    assert "padding" in finding.hint
+    assert "padding" in _mismatch_hint_of(11, 11)
 
 
 def test_a_rank_waited_on_inside_a_matched_call_is_named_in_it():

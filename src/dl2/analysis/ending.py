@@ -258,28 +258,17 @@ def _stalled_calls_findings(graph: ExecutionGraph, quiet: Mapping[int, float]) -
             stuck.append(blocked.ops[0])
     if not stuck:
         return []
-    parts = [f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in stuck[:4]]
-    more = f" and {len(stuck) - 4} more" if len(stuck) > 4 else ""
-    return [
-        Finding(
-            kind=FindingKind.HANG,
-            ranks=tuple(o.rank for o in stuck),
-            ops=tuple(op_ref(o) for o in stuck),
-            message=(
-                f"Blocked until dl2's hang timeout ended the job: {'; '.join(parts)}{more}. "
-                "Every call they wait on was issued on the other side too, yet none completed: "
-                "gloo paired their messages with other operations."
-            ),
-            hint=(
-                "Look before these calls for an operation gloo matched otherwise than the "
-                "program meant: an isend/irecv whose work was dropped or waited on twice, "
-                "collectives of one group issued from two threads, or a group created in "
-                "another order on some rank."
-            ),
-            group=stuck[0].gid,
-            summary=f"{rank_list([o.rank for o in stuck])} stalled in matched calls",
-        )
-    ]
+    listed = _listed([f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in stuck], 4)
+    return _stuck_finding(
+        stuck,
+        f"Blocked until dl2's hang timeout ended the job: {listed}. Every call they wait on "
+        "was issued on the other side too, yet none completed: gloo paired their messages "
+        "with other operations.",
+        "Look before these calls for an operation gloo matched otherwise than the program "
+        "meant: an isend/irecv whose work was dropped or waited on twice, collectives of one "
+        "group issued from two threads, or a group created in another order on some rank.",
+        f"{rank_list([o.rank for o in stuck])} stalled in matched calls",
+    )
 
 
 def _oldest_unmet(graph: ExecutionGraph, rank: int) -> Clause | None:
@@ -439,6 +428,27 @@ def timeout_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
     return findings
 
 
+def _stuck_finding(stuck: list[Op], message: str, hint: str, summary: str = "") -> list[Finding]:
+    """The one hang finding of ranks stuck in ``stuck`` (one op each)."""
+    return [
+        Finding(
+            kind=FindingKind.HANG,
+            ranks=tuple(o.rank for o in stuck),
+            ops=tuple(op_ref(o) for o in stuck),
+            message=message,
+            hint=hint,
+            group=stuck[0].gid,
+            summary=summary,
+        )
+    ]
+
+
+def _listed(parts: list[str], shown: int) -> str:
+    """The first ``shown`` parts joined by "; ", and how many more there are."""
+    more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
+    return "; ".join(parts[:shown]) + more
+
+
 def _rewait_findings(graph: ExecutionGraph) -> list[Finding]:
     """Ranks still inside a wait() on a point-to-point work that had completed when dl2's
     hang timeout stopped the job: a second wait on a gloo P2P work waits for another
@@ -453,22 +463,12 @@ def _rewait_findings(graph: ExecutionGraph) -> list[Finding]:
             stuck.append(op)
     if not stuck:
         return []
-    parts = [f"rank {o.rank} on its {phrase(o)} ({where(o)})" for o in stuck[:3]]
-    more = f" and {len(stuck) - 3} more" if len(stuck) > 3 else ""
-    return [
-        Finding(
-            kind=FindingKind.HANG,
-            ranks=tuple(o.rank for o in stuck),
-            ops=tuple(op_ref(o) for o in stuck),
-            message=(
-                "Blocked in wait() on a point-to-point work that had already completed, "
-                f"until the job was ended: {'; '.join(parts)}{more}. On gloo a second "
-                "wait() on a send or receive waits for another message, which never comes."
-            ),
-            hint=(
-                "Call wait() once per isend/irecv work (keep a flag, or drop the work after "
-                "its wait); a collective's work may be waited on again, a P2P work may not."
-            ),
-            group=stuck[0].gid,
-        )
-    ]
+    listed = _listed([f"rank {o.rank} on its {phrase(o)} ({where(o)})" for o in stuck], 3)
+    return _stuck_finding(
+        stuck,
+        "Blocked in wait() on a point-to-point work that had already completed, until the "
+        f"job was ended: {listed}. On gloo a second wait() on a send or receive waits for "
+        "another message, which never comes.",
+        "Call wait() once per isend/irecv work (keep a flag, or drop the work after its "
+        "wait); a collective's work may be waited on again, a P2P work may not.",
+    )

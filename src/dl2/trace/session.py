@@ -212,12 +212,24 @@ def foreign(header: Header, run: str | None) -> str | None:
     return f"from another run (run id {header.run_id}, this run's is {run})"
 
 
-def within_limits(files: list[Path], limits: Mapping[str, int] | None) -> list[Path]:
+def within_limits(files: list[Path], limits: dict[str, int] | None) -> list[Path]:
     """The files a run's analysis reads (see :func:`read_limits`); every file when the
-    limits name none of them (a run.json edited or of another run)."""
+    limits name none of them (a run.json edited or of another run).  A limit that does
+    not fall at the end of a line (the file was edited since) is dropped from
+    ``limits``: that file is read whole."""
     if limits is None:
         return files
     kept = [f for f in files if f.name in limits]
+    for path in kept:
+        at = limits[path.name]
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(max(at - 1, 0))
+                last = handle.read(1)
+        except OSError:
+            continue  # the reader says why, in one line
+        if at > 0 and last not in (b"\n", b""):
+            del limits[path.name]
     return kept if kept else files
 
 

@@ -75,6 +75,7 @@ class Model:
         self._ranks: dict[int, str] = {}  # rank -> the key of its file
         self.world_size = 0  # the largest world size of the ranks' headers
         self._models: dict[int, RankModel] = {}  # rank -> the model of its file
+        self._traced: set[tuple[str, int]] = set()  # (host, pid) of every file's process
 
     # -- feeding -----------------------------------------------------------------------
 
@@ -144,7 +145,8 @@ class Model:
         current = self._ranks.get(rank)
         entry = _File(header, None)
         self._files[key] = entry
-        traced = {(f.header.host, f.header.pid) for f in self._files.values()}
+        traced = self._traced
+        traced.add((header.host, header.pid))
         if current is None or preference(self._files[current].header, traced) <= preference(
             header, traced
         ):
@@ -164,7 +166,11 @@ class Model:
                 self._leave(key)
                 del self._ranks[self._files[key].header.rank]
                 self._sizes()
-            del self._files[key]
+            gone = self._files.pop(key).header
+            if not any(
+                (f.header.host, f.header.pid) == (gone.host, gone.pid) for f in self._files.values()
+            ):
+                self._traced.discard((gone.host, gone.pid))
             self.version += 1
 
     def _leave(self, key: str) -> None:

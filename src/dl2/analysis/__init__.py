@@ -24,6 +24,7 @@ from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import rank_list
 from dl2.analysis.ending import cut_off_ranks
 from dl2.analysis.ending import hang_findings
+from dl2.analysis.ending import stalled_calls_findings
 from dl2.analysis.ending import timeout_findings
 from dl2.analysis.hazards import order_inversion_findings
 from dl2.analysis.matching import collective_findings
@@ -299,6 +300,9 @@ def analyze(
     findings: list[Finding] = []
     for analysis in ANALYSES.values():
         findings.extend(analysis(context))
+    if not findings and session.ending == "hang-timeout":
+        # nothing else explains why dl2's hang timeout found the ranks still in calls
+        findings.extend(stalled_calls_findings(graph, quiet or {}))
     any_failed = RankStatus.FAILED in statuses or RankStatus.KILLED in statuses
     if any_failed and not findings:
         findings.extend(failed_call_findings(graph))

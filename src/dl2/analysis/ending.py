@@ -236,12 +236,10 @@ def hang_findings(
         findings.extend(_rewait_findings(graph))
     if not findings:
         findings.extend(_group_creation_findings(graph, ending, quiet))
-    if ending == "hang-timeout" and not findings:
-        findings.extend(_stalled_calls_findings(graph, quiet))
     return findings
 
 
-def _stalled_calls_findings(graph: ExecutionGraph, quiet: Mapping[int, float]) -> list[Finding]:
+def stalled_calls_findings(graph: ExecutionGraph, quiet: Mapping[int, float]) -> list[Finding]:
     """Ranks still inside calls the model saw matched (every member issued the
     collective, the peer posted the message) when dl2's hang timeout ended the job, each
     quiet for a while: gloo paired their messages otherwise, so the calls never

@@ -256,7 +256,7 @@ def stalled_calls_findings(graph: ExecutionGraph, quiet: Mapping[int, float]) ->
             stuck.append(blocked.ops[0])
     if not stuck:
         return []
-    listed = _listed([f"rank {o.rank} in {phrase(o)} ({where(o)})" for o in stuck], 4)
+    listed = "; ".join(waiting_parts(stuck, 4))
     return _stuck_finding(
         stuck,
         f"Blocked until dl2's hang timeout ended the job: {listed}. Every call they wait on "
@@ -441,12 +441,6 @@ def _stuck_finding(stuck: list[Op], message: str, hint: str, summary: str = "") 
     ]
 
 
-def _listed(parts: list[str], shown: int) -> str:
-    """The first ``shown`` parts joined by "; ", and how many more there are."""
-    more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
-    return "; ".join(parts[:shown]) + more
-
-
 def _rewait_findings(graph: ExecutionGraph) -> list[Finding]:
     """Ranks still inside a wait() on a point-to-point work that had completed when dl2's
     hang timeout stopped the job: a second wait on a gloo P2P work waits for another
@@ -461,7 +455,7 @@ def _rewait_findings(graph: ExecutionGraph) -> list[Finding]:
             stuck.append(op)
     if not stuck:
         return []
-    listed = _listed([f"rank {o.rank} on its {phrase(o)} ({where(o)})" for o in stuck], 3)
+    listed = "; ".join(waiting_parts(stuck, 3))
     return _stuck_finding(
         stuck,
         "Blocked in wait() on a point-to-point work that had already completed, until the "

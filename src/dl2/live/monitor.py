@@ -448,7 +448,11 @@ class Monitor:
             return None
         wall = time.time()
         latest = max(self.clocks.changed_at.get(r, now) for r in deadlocked)
-        report = self.analyze(snapshot.session, snapshot)
+        keep_running = self.options.on_deadlock == "report"
+        # a job that ends here is read as a later `dl2 analyze` of the run reads it (its
+        # ending "deadlock": ranks blocked beside the cycle are hangs too)
+        session = snapshot.session if keep_running else replace(snapshot.session, ending="deadlock")
+        report = self.analyze(session, snapshot)
         self._reported = deadlocked
         verdict = {
             "reason": "deadlock",
@@ -457,7 +461,7 @@ class Monitor:
             "ranks": sorted(deadlocked),
             "wall_time": wall,
         }
-        if self.options.on_deadlock == "report":
+        if keep_running:
             self.notice(
                 f"deadlock proven among {ranks_text(deadlocked)}; the job keeps running "
                 "(--on-deadlock report)"
@@ -466,9 +470,6 @@ class Monitor:
                 self.on_report(report)
             self.nodes.publish(dict(verdict, action="report"), report)
             return None
-        # the job ends here: read as a later `dl2 analyze` of the run will (its ending
-        # "deadlock": ranks blocked beside the cycle are hangs too)
-        report = self.analyze(replace(snapshot.session, ending="deadlock"), snapshot)
         self.nodes.publish(dict(verdict, action="abort"), report)
         self.stop_job()
         return Outcome(

@@ -12,6 +12,7 @@ from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
+from dl2.model.execution_graph import CollectiveSlot
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Op
@@ -88,12 +89,18 @@ def _cut_short(graph: ExecutionGraph, rank: int) -> bool:
     return timeline is not None and timeline.truncated and timeline.ended is None
 
 
-def _threads_hint(graph: ExecutionGraph, gid: str) -> str:
+def _threads_hint(graph: ExecutionGraph, slot: CollectiveSlot) -> str:
     """The cause when ranks issue a group's collectives from more than one thread: the
-    threads interleave differently on each rank (a group is one queue per rank)."""
+    threads interleave differently on each rank (a group is one queue per rank).  Read
+    around the divergence only (each member's op there, at the next position and the
+    calls it is still in on the group), whatever the history or the world."""
+    gid = slot.gid
+    after = graph.slot_at(gid, slot.index + 1)
     shared = []
-    for rank, timeline in sorted(graph.timelines.items()):
-        tids = {op.tid for op in timeline.ops if op.gid == gid and op.kind == "collective"}
+    for rank, op in sorted(slot.ops.items()):
+        near = [op, *(after.ops.values() if after is not None else ())]
+        near += [o for o in graph.open_ops(rank) if o.gid == gid and o.kind == "collective"]
+        tids = {o.tid for o in near if o.rank == rank}
         tids.discard(0)
         if len(tids) > 1:
             shared.append(rank)
@@ -137,7 +144,8 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                         f"First divergence on group {gid} at collective #{slot.index} "
                         f"({', '.join(slot.differing)} differ): {sides}."
                     ),
-                    hint=_threads_hint(graph, gid) + _mismatch_hint(slot.differing, ops[0].op, ops),
+                    hint=_threads_hint(graph, slot)
+                    + _mismatch_hint(slot.differing, ops[0].op, ops),
                     group=gid,
                 )
             )

@@ -110,6 +110,12 @@ def _exchange_sizes_agree(ops: Mapping[int, Signed], members: tuple[int, ...]) -
     )
 
 
+def call_key(op: Signed) -> tuple[object, ...]:
+    """What the members' collectives at one position must agree on (of an
+    :class:`~dl2.model.ops.Op` or the record it was read from)."""
+    return (op.op, op.dtype, op.count, op.redop, op.root, op.splits)
+
+
 def differing_fields(ops: Mapping[int, Signed], members: tuple[int, ...]) -> tuple[str, ...]:
     """The names of the fields on which a slot's ops disagree (one pass over them).
 

@@ -36,6 +36,7 @@ from dl2.model.checkpoint import CheckpointRecord
 from dl2.model.execution_graph import EXCHANGE_OPS
 from dl2.model.execution_graph import CollectiveSlot
 from dl2.model.execution_graph import OpKey
+from dl2.model.execution_graph import call_key
 from dl2.model.execution_graph import differing_fields
 from dl2.model.program import WILD
 from dl2.model.program import Channel
@@ -68,14 +69,7 @@ class _Slot(msgspec.Struct, gc=False):
 
 def _differs(rec: OpRecord, first: OpRecord | None) -> bool:
     """Whether a collective's record differs from ``first`` in what matching compares."""
-    return first is None or (
-        rec.op != first.op
-        or rec.dtype != first.dtype
-        or rec.count != first.count
-        or rec.redop != first.redop
-        or rec.root != first.root
-        or rec.splits != first.splits
-    )
+    return first is None or call_key(rec) != call_key(first)
 
 
 class Matcher:

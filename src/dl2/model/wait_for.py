@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.execution_graph import call_key
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Blocked
 from dl2.model.ops import Op
@@ -140,23 +141,18 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
     if slot.mismatched:
         # it waits on the members that issued another collective here (or none yet):
         # those in the same call as it are stuck beside it, not what it waits for
-        mine = _call_key(op)
+        mine = call_key(op)
         ops = slot.ops
         others = tuple(
             r
             for r in graph.group_members(op.gid)
-            if r != rank and (r not in ops or _call_key(ops[r]) != mine)
+            if r != rank and (r not in ops or call_key(ops[r]) != mine)
         )
         if not others:  # they disagree on what each alone holds (an exchange's sizes)
             others = tuple(r for r in graph.group_members(op.gid) if r != rank)
         return Clause(op, others, False, "mismatch")
     missing = tuple(r for r in slot.missing if r != rank)
     return Clause(op, missing, False, "missing") if missing else None
-
-
-def _call_key(op: Op) -> tuple[object, ...]:
-    """What two members' collectives at one position must agree on."""
-    return (op.op, op.dtype, op.count, op.redop, op.root, op.splits)
 
 
 def _store_clause(graph: ExecutionGraph, op: Op) -> Clause | None:

@@ -192,7 +192,31 @@ def read_limits(meta: Mapping[str, Any]) -> dict[str, int] | None:
     return {str(k): v for k, v in limits.items() if isinstance(v, int) and v >= 0}
 
 
-def run_of(headers: Sequence[Header], meta: Mapping[str, Any]) -> str | None:
+def run_files(
+    run_dir: str | os.PathLike[str],
+) -> tuple[dict[str, Any], dict[str, int] | None, list[Path]]:
+    """A run directory's run.json, its read limits (:func:`read_limits`) and the trace
+    files to read.
+
+    Raises:
+        NoDataError: no directory, or no trace file in it.
+    """
+    meta = read_run_meta(run_dir)
+    limits = read_limits(meta)
+    files = within_limits(discover_trace_files(run_dir), limits)
+    if not files:
+        raise NoDataError(f"{run_dir}: no dl2 trace files (*{TRACE_SUFFIX}) in this directory")
+    return meta, limits, files
+
+
+def of_other_runs(headers: Sequence[Header], meta: Mapping[str, Any]) -> list[str | None]:
+    """Per header, why its file belongs to another run than the directory's (None: it
+    may be this run's)."""
+    run = _run_of(headers, meta)
+    return [_foreign(header, run) for header in headers]
+
+
+def _run_of(headers: Sequence[Header], meta: Mapping[str, Any]) -> str | None:
     """The run id the files of a run directory must carry: its run.json's, else the
     commonest among the headers (None: none is known, every file is read)."""
     given = meta.get("run_id")
@@ -205,7 +229,7 @@ def run_of(headers: Sequence[Header], meta: Mapping[str, Any]) -> str | None:
     return max(counts, key=lambda k: counts[k]) if counts else None
 
 
-def foreign(header: Header, run: str | None) -> str | None:
+def _foreign(header: Header, run: str | None) -> str | None:
     """Why a file with ``header`` is not one of run ``run``'s, or None if it may be."""
     if run is None or header.run_id is None or header.run_id == run:
         return None
@@ -317,11 +341,7 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
     Raises:
         NoDataError: no directory, or no readable trace file in it.
     """
-    meta = read_run_meta(run_dir)
-    limits = read_limits(meta)
-    files = within_limits(discover_trace_files(run_dir), limits)
-    if not files:
-        raise NoDataError(f"{run_dir}: no dl2 trace files (*{TRACE_SUFFIX}) in this directory")
+    meta, limits, files = run_files(run_dir)
     traces: list[RankTrace] = []
     warnings: list[str] = meta_warnings(meta)
     errors: list[str] = []
@@ -330,12 +350,9 @@ def load_session(run_dir: str | os.PathLike[str]) -> Session:
             traces.append(read_trace_stream(stream, limits))
         except TraceFormatError as err:
             errors.append(str(err))
-    run = run_of([trace.header for trace in traces], meta)
-    for trace in list(traces):
-        why = foreign(trace.header, run)
-        if why is not None:
-            errors.append(f"{trace.path}: {why}")
-            traces.remove(trace)
+    others = of_other_runs([trace.header for trace in traces], meta)
+    errors.extend(f"{t.path}: {why}" for t, why in zip(traces, others, strict=True) if why)
+    traces = [t for t, why in zip(traces, others, strict=True) if why is None]
     if not traces:
         raise TraceFormatError(errors[0])
     warnings.extend(f"skipped {e}" for e in errors)

@@ -24,9 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dl2.errors import NoDataError
 from dl2.errors import TraceFormatError
-from dl2.trace.format import TRACE_SUFFIX
 from dl2.trace.format import RankTrace
 from dl2.trace.format import TraceReader
 from dl2.trace.format import stream_of
@@ -35,17 +33,13 @@ from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
-from dl2.trace.session import discover_trace_files
-from dl2.trace.session import foreign
 from dl2.trace.session import group_streams
 from dl2.trace.session import meta_warnings
+from dl2.trace.session import of_other_runs
 from dl2.trace.session import preference
-from dl2.trace.session import read_limits
-from dl2.trace.session import read_run_meta
 from dl2.trace.session import run_ending
-from dl2.trace.session import run_of
+from dl2.trace.session import run_files
 from dl2.trace.session import run_states
-from dl2.trace.session import within_limits
 
 #: bytes read of one file at a time, at most
 CHUNK_BYTES = 1 << 16
@@ -237,11 +231,7 @@ def stream_session(
         NoDataError: no directory, or no trace file in it.
         TraceFormatError: no readable trace file.
     """
-    meta = read_run_meta(run_dir)
-    limits = read_limits(meta)
-    files = within_limits(discover_trace_files(run_dir), limits)
-    if not files:
-        raise NoDataError(f"{run_dir}: no dl2 trace files (*{TRACE_SUFFIX}) in this directory")
+    meta, limits, files = run_files(run_dir)
     readers: list[_Reader] = []
     errors: dict[str, str] = {}  # file -> why it is skipped
     for stream in group_streams(files):
@@ -249,12 +239,11 @@ def stream_session(
             readers.append(_Reader(stream, calls_sink is not None, limits))
         except TraceFormatError as err:
             errors[str(stream[0])] = str(err)
-    run = run_of([reader.header for reader in readers], meta)
-    for reader in list(readers):
-        why = foreign(reader.header, run)
+    others = of_other_runs([reader.header for reader in readers], meta)
+    for reader, why in zip(readers, others, strict=True):
         if why is not None:
             errors[reader.name] = f"{reader.name}: {why}"
-            readers.remove(reader)
+    readers = [r for r, why in zip(readers, others, strict=True) if why is None]
     # per rank, its files in the order a session prefers them (newest first, later on a tie)
     choices: dict[int, list[_Reader]] = {}
     for reader in readers:

@@ -210,6 +210,28 @@ def test_reading_a_run_chunk_by_chunk_gives_the_report_of_a_whole_read(tmp_path,
         assert traces.warnings == loaded.warnings
 
 
+def test_a_small_trace_is_opened_once(tmp_path, monkeypatch):
+    import builtins
+
+    import dl2.trace.stream as stream_module
+
+    # GIVEN a run of 64 ranks whose traces each fit in the first read
+    run_dir = write_run_dir(healthy_then_ring(64, 3), tmp_path / "run")
+    opened: list[str] = []
+
+    def counting_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(stream_module, "open", counting_open, raising=False)
+    # WHEN it is read chunk by chunk
+    traces, graph = stream_run(run_dir)
+    # THEN each file was opened once (not once more to find its end), and the report is
+    # that of a whole read
+    assert sorted(opened) == sorted(str(p) for p in run_dir.iterdir())
+    assert analyze(traces, graph=graph) == analyze(load_session(run_dir))
+
+
 def test_a_graph_read_after_more_records_is_refused():
     traces = session(healthy_then_ring(2, 2))
     model = Model()
@@ -289,3 +311,30 @@ def test_the_shortest_cycle_of_a_long_ring_costs_its_length():
     cycle = shortest_cycle(ring)
     assert cycle == tuple(range(8192))
     assert time.perf_counter() - started < 1.0
+
+
+def test_ranks_that_create_one_group_hash_its_members_once_not_once_each():
+    from dl2.model.matcher import Matcher
+    from dl2.model.rank_state import OpState
+    from dl2.trace.schema.decode import OpRecord
+
+    hashed = 0
+
+    class Members(tuple):  # type: ignore[type-arg]
+        def __hash__(self) -> int:
+            nonlocal hashed
+            hashed += 1
+            return super().__hash__()
+
+    # GIVEN 2,000 ranks whose create_group records share one members tuple (as the
+    # reader shares a range of ranks)
+    world = Members(range(2000))
+    matcher = Matcher({})
+    # WHEN each rank's create_group arrives
+    for rank in world:
+        rec = OpRecord(id=1, gid="7", op="create_group", ranks=world)
+        matcher.add(OpState(rec, rank, 0))
+    # THEN every rank is a creator, and the 2,000-element tuple was hashed a few times,
+    # not once per rank (which made 8,192 ranks cost 8,192^2)
+    assert matcher.creators[("7", world)] == set(range(2000))
+    assert hashed <= 3

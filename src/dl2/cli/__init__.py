@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -63,8 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the youngest generation's collection threshold in dl2's own process (Python's is 700)
+GC_THRESHOLD = 50_000
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dl2`` console script; returns the exit status."""
+    # The model of a large run holds millions of small objects (ops, records, ranks'
+    # state), none of them in reference cycles: with Python's threshold the collector
+    # walked them over and over (half the time of an analysis of 8,192 ranks after the
+    # traces were read); young objects are still collected, 70 times less often.
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD, middle, old)
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -99,6 +99,9 @@ class Matcher:
         self.store_keys: dict[str, set[int]] = {}
         self._created: dict[str, dict[int, tuple[int, ...]]] = {}  # gid -> rank -> members
         self._sorted: dict[int, tuple[Any, tuple[int, ...]]] = {}  # id(ranks) -> (ranks, sorted)
+        # (gid, id(ranks)) -> (ranks, its creators set): a tuple's hash is not cached, and
+        # hashing the world's ranks for each of W creators cost O(W^2)
+        self._creator_sets: dict[tuple[str, int], tuple[Any, set[int]]] = {}
         self._top: dict[str, int] = {}  # gid -> the highest rank that created it
         self._issued: dict[str, dict[int, int]] = {}  # gid -> rank -> next position
         self._bases: dict[str, dict[int, int]] = {}  # gid -> resumed rank -> its first position
@@ -158,7 +161,11 @@ class Matcher:
             self._member_sets.pop(gid, None)
 
     def _create(self, gid: str, rank: int, ranks: tuple[int, ...] | None) -> None:
-        self.creators.setdefault((gid, ranks), set()).add(rank)
+        known_set = self._creator_sets.get((gid, id(ranks)))
+        if known_set is None or known_set[0] is not ranks:
+            creators = self.creators.setdefault((gid, ranks), set())
+            known_set = self._creator_sets[(gid, id(ranks))] = (ranks, creators)
+        known_set[1].add(rank)
         if ranks is not None:
             # ranks read from a range are one tuple shared by every rank: sort it once
             known = self._sorted.get(id(ranks))

@@ -164,7 +164,10 @@ class _Reader:
                 records += reader.feed(data)
                 if reader.consumed > before:
                     self._least = 0
-                    return records
+                    if not self._ended or reader.consumed - before < len(data):
+                        return records
+                    # the segment's end, all of it consumed: on at once (opening the
+                    # file again only to find its end cost as much as reading it)
                 if not self._ended:  # one line longer than the chunk: read more at once
                     self._least = 2 * len(data)
                     return records

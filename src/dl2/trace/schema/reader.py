@@ -118,24 +118,6 @@ class SegmentDecoder:
         self._last_sid = -1
         self._first = header.segment > 0  # the next record is the segment's checkpoint
         self._skipped = 0  # corrupt lines since the last checkpoint
-        self._handlers: dict[type, Callable[[Any, _Out], None]] = {
-            StackDef: self._stack_def,
-            DescDef: self._desc_def,
-            OpLine: self._op,
-            IssuedWaitLine: self._issued_wait,
-            IssuedDoneLine: self._issued_done,
-            RetLine: self._ret,
-            WaitLine: self._wait,
-            DoneLine: self._done,
-            NewGroupLine: self._newgroup,
-            NonMemberLine: self._nonmember,
-            StateLine: self._state_line,
-            EndLine: self._end,
-            DropLine: self._drop,
-            ThreadsLine: self._threads,
-            StoreLine: self._store,
-            CheckpointLine: self._checkpoint,
-        }
 
     def decode(
         self, lines: Sequence[bytes]
@@ -155,7 +137,7 @@ class SegmentDecoder:
         out: list[Record] = []
         corrupt: list[tuple[int, CorruptRecord]] = []
         append = out.append
-        handlers = self._handlers
+        handlers = _HANDLERS
         descs = self._descs
         stacks = self._stacks
         seqs = self._seqs
@@ -223,7 +205,7 @@ class SegmentDecoder:
             self._first = first
             size = len(out)
             try:
-                handlers[kind](item, out)
+                handlers[kind](self, item, out)
             except CorruptRecord as err:  # raised before the line changed any state
                 del out[size:]
                 self._skipped += 1
@@ -472,3 +454,25 @@ class SegmentDecoder:
             dropped=body.dropped,
             stores=stores,
         )
+
+
+# line kind -> its SegmentDecoder handler: one table for all decoders (a run of 8,192
+# ranks has as many), not a table of bound methods built by each
+_HANDLERS: dict[type, Callable[[SegmentDecoder, Any, _Out], None]] = {
+    StackDef: SegmentDecoder._stack_def,
+    DescDef: SegmentDecoder._desc_def,
+    OpLine: SegmentDecoder._op,
+    IssuedWaitLine: SegmentDecoder._issued_wait,
+    IssuedDoneLine: SegmentDecoder._issued_done,
+    RetLine: SegmentDecoder._ret,
+    WaitLine: SegmentDecoder._wait,
+    DoneLine: SegmentDecoder._done,
+    NewGroupLine: SegmentDecoder._newgroup,
+    NonMemberLine: SegmentDecoder._nonmember,
+    StateLine: SegmentDecoder._state_line,
+    EndLine: SegmentDecoder._end,
+    DropLine: SegmentDecoder._drop,
+    ThreadsLine: SegmentDecoder._threads,
+    StoreLine: SegmentDecoder._store,
+    CheckpointLine: SegmentDecoder._checkpoint,
+}

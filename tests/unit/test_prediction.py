@@ -356,6 +356,34 @@ def test_wildcard_whose_sender_the_program_follows_is_no_race():
     assert report.verdict == Verdict.OK, report.findings
 
 
+def test_a_wildcard_where_the_program_followed_another_sender_keeps_its_match():
+    # GIVEN a server (rank 0) whose receive from anyone, at one line, met an update or a
+    # "done" from each worker: it replied (to the sender it got) to the updates only
+    def job(follows: bool) -> list[RankBuilder]:
+        r0, r1, r2 = ranks(3)
+        for sender, update in ((1, True), (1, False), (2, True), (2, False)):
+            wildcard = r0.issue("recv", 10, peer=None)
+            r0.wait(wildcard, src=sender)
+            if update:
+                r0.call("send", 12, peer=sender, **({"via": wildcard} if follows else {}))
+        for worker, line in ((r1, 20), (r2, 30)):
+            worker.call("send", line, peer=0)
+            worker.call("recv", line + 1, peer=0)
+            worker.call("send", line + 2, peer=0)
+        return ended([r0, r1, r2])
+
+    def witnesses(follows: bool) -> tuple[object, ...]:
+        traces = build_session([b.trace(follows=True) for b in job(follows)], {})
+        return predict(build_execution_graph(traces), GLOO).witnesses
+
+    # WHEN every other match is explored under gloo
+    # THEN the receive that met rank 1's "done" keeps it: had it met rank 2's update the
+    # server would have replied, which the recorded op sequence cannot show
+    assert witnesses(follows=True) == ()
+    # (with the replies' peers hard-coded, the same swap is a race the program can run)
+    assert witnesses(follows=False) != ()
+
+
 def test_a_named_peer_that_happens_to_be_the_recorded_sender_is_still_a_race():
     # GIVEN rank 0: recv(any), then a send to rank 1 *hard-coded* (no via), in traces
     # whose recorder marks the peers it derived from a wildcard (header follows)

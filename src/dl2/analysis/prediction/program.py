@@ -55,7 +55,8 @@ class Program:
             ``Header.follows``), whose rank's next send or receive names the sender
             recorded for it: the program follows the matched source,
             so another match would change what the rank does next, which the recording
-            cannot tell.  They keep their recorded sender.
+            cannot tell.  Every wildcard issued at the call site (rank and stack) of
+            one the program followed is pinned too.  They keep their recorded sender.
         steps: rank -> its program: (is_wait, u) in order.
         closed: ranks whose trace ends with a clean ``end`` record (they will do nothing
             more); every other rank (still running, crashed, or without a trace) might.
@@ -156,10 +157,19 @@ def build_program(graph: ExecutionGraph) -> Program:
     pinned: dict[int, int] = {}
     # (rank, op id) of the wildcards whose returned sender a later op's peer came from
     followed = {(op.rank, op.via) for op in ops if op.via is not None}
+    # the call sites (rank, stack) where the program followed the sender at least once:
+    # what it does after such a receive depends on what it received (a server replies
+    # to an update and only counts a "done"), so the recorded continuation of any
+    # receive there says nothing of what another match would have led to
+    following_sites = {
+        (op.rank, op.stack)
+        for u, op in enumerate(ops)
+        if kind[u] == RECV and op.peer is None and op.stack and (op.rank, op.id) in followed
+    }
     for u, op in enumerate(ops):
         if kind[u] != RECV or op.peer is not None or op.src is None:
             continue
-        if (op.rank, op.id) in followed:
+        if (op.rank, op.id) in followed or (op.rank, op.stack) in following_sites:
             pinned[u] = op.src
             continue
         if graph.follows_peers and op.gid == _DEFAULT_GROUP:

@@ -35,14 +35,18 @@ Soundness
     traces, whose rank next sends to or receives from the recorded sender, is kept at
     its recorded match (``Program.pinned``): the program follows the matched source
     (``src = recv(); send(dst=src)``), which a replay of the recorded op sequence
-    cannot.
+    cannot.  So is every wildcard issued where such a receive was (same rank, same
+    stack): a server that replies to updates and only counts a "done" follows the
+    sender at that call site only for some messages, and what it would have done after
+    another match is not in the recording.
 
 Known gaps
     The op sequence of each rank is assumed not to depend on the configuration: a program
-    that branches on received data, or on the matched source in a way the pinning above
-    does not catch (a sender looked up in a table, ``peers[src]``; a wildcard on a
-    subgroup, whose sender torch translates through a dict, or an ``irecv`` whose work's
-    sender the program never asks), is replayed as recorded.
+    that branches on received data (at a call site where it never follows the sender),
+    or on the matched source in a way the pinning above does not catch (a sender
+    looked up in a table, ``peers[src]``; a wildcard on a subgroup, whose sender torch
+    translates through a dict, or an ``irecv`` whose work's sender the program never
+    asks), is replayed as recorded.
     Ops of several threads of one rank are taken in file order.  Several outstanding
     eager sends to one peer do not share one buffer.  NCCL's stream order inside a
     communicator and the separate communicators of batched and single P2P ops are not

@@ -40,8 +40,13 @@ _FIELD_HINTS = {
         "to one dtype before the collective."
     ),
     "count": (
-        "The element counts differ between ranks (gloo aborts or hangs): use tensors of the "
-        "same size on every rank, padding if needed."
+        "The element counts differ between ranks (gloo aborts or hangs): the ranks passed "
+        "different tensors at this call. When it sits in a loop over tensors, the ranks "
+        "walked them in a different order or one skipped some (a dict or set filled in a "
+        "data-dependent order, futures taken as they complete, `if p.grad is not None`): "
+        "walk them in one fixed order (sorted names) and reduce the same ones on every "
+        "rank, zeros for a missing one. When the one tensor really differs in size, pad "
+        "it to the same size on every rank."
     ),
     "split_sizes": (
         "The all_to_all split sizes do not pair up: what rank i sends to rank j (its "

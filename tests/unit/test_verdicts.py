@@ -362,3 +362,26 @@ def test_a_rank_waited_on_inside_a_matched_call_is_named_in_it():
     text = " ".join(f.message for f in report.findings)
     assert "rank 0 (still inside its broadcast" in text and "train.py:13" in text, text
     assert "did not record" not in text
+
+
+def test_a_collective_mismatch_leads_the_failures_it_causes():
+    from trace_builders import ranks
+    from trace_builders import session
+
+    from dl2.analysis import analyze
+    from dl2.report import FindingKind
+    from dl2.trace.session import FAILED
+
+    # GIVEN ranks 0 and 1 disagree on an all_reduce of their own group (gloo aborts rank
+    # 1 in it), and rank 2's all_reduce on the world then fails: its peers never get there
+    r0, r1, r2 = ranks(3)
+    for r in (r0, r1, r2):
+        r.create_group("1", [0, 1])
+    r0.wait(r0.issue("all_reduce", 20, gid="1", count=4), err="Connection closed by peer")
+    r1.call("all_reduce", 20, gid="1", count=8, complete=False)
+    r2.wait(r2.issue("all_reduce", 30), err="Connection closed by peer")
+    report = analyze(session([r0, r1, r2], states={0: FAILED, 1: FAILED, 2: FAILED}))
+    kinds = [f.kind for f in report.findings]
+    # THEN the mismatch, the cause, comes first (the headline), then what followed
+    assert FindingKind.ORPHANED_WAIT in kinds or FindingKind.COLLECTIVE_MISSING in kinds
+    assert kinds[0] is FindingKind.COLLECTIVE_MISMATCH, kinds

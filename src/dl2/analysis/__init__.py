@@ -117,6 +117,25 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "wildcard-sizes": lambda c: wildcard_size_findings(c.graph) if c.hazards else [],
 }
 
+#: what a collective mismatch leads to: gloo aborts the rank that detects it, and the
+#: others' calls fail or are never issued
+_AFTERMATH = frozenset(
+    {FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING, FindingKind.FAILED_CALL}
+)
+
+
+def _mismatches_first(findings: list[Finding]) -> list[Finding]:
+    """The collective mismatches before the failures and missing collectives listed
+    ahead of them (which they cause: the report leads with the cause), in order
+    otherwise."""
+    mismatches = [f for f in findings if f.kind is FindingKind.COLLECTIVE_MISMATCH]
+    first = next((i for i, f in enumerate(findings) if f.kind in _AFTERMATH), None)
+    if not mismatches or first is None or first > findings.index(mismatches[0]):
+        return findings
+    rest = [f for f in findings if f.kind is not FindingKind.COLLECTIVE_MISMATCH]
+    return rest[:first] + mismatches + rest[first:]
+
+
 _DEFECT_KINDS = {
     FindingKind.COLLECTIVE_MISMATCH,
     FindingKind.COLLECTIVE_MISSING,
@@ -300,6 +319,7 @@ def analyze(
     findings: list[Finding] = []
     for analysis in ANALYSES.values():
         findings.extend(analysis(context))
+    findings = _mismatches_first(findings)
     if not findings and session.ending == "hang-timeout":
         # nothing else explains why dl2's hang timeout found the ranks still in calls
         findings.extend(stalled_calls_findings(graph, quiet or {}))

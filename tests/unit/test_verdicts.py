@@ -365,12 +365,11 @@ def test_a_rank_waited_on_inside_a_matched_call_is_named_in_it():
 
 
 def test_a_collective_mismatch_leads_the_failures_it_causes():
-    from trace_builders import ranks
-    from trace_builders import session
-
     from dl2.analysis import analyze
     from dl2.report import FindingKind
     from dl2.trace.session import FAILED
+    from trace_builders import ranks
+    from trace_builders import session
 
     # GIVEN ranks 0 and 1 disagree on an all_reduce of their own group (gloo aborts rank
     # 1 in it), and rank 2's all_reduce on the world then fails: its peers never get there

@@ -25,6 +25,7 @@ from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.report import FindingKind
 from dl2.report import Verdict
+from dl2.trace.session import FAILED
 from dl2.trace.session import build_session
 from dl2.units import format_size
 from dl2.units import parse_size
@@ -696,3 +697,26 @@ def test_semantics_label():
     assert GLOO.label == "gloo"
     assert NCCL.label == "nccl (4 MiB buffer)"
     assert Semantics("eager", 65536).label == "eager (64 KiB buffer)"
+
+
+def test_a_batch_whose_peer_failed_before_posting_is_not_predicted_again():
+    # GIVEN ranks 0 and 2 each posted a batch (irecv, isend) with rank 1, whose own
+    # batch_isend_irecv raised before posting anything (its ops mixed two groups): their
+    # waits failed when rank 1's program ended
+    r0, r1, r2 = ranks(3)
+    for r in (r0, r1, r2):
+        r.create_group("1", [0, 1])
+        r.create_group("2", [1, 2])
+    closed = "RuntimeError: Connection closed by peer"
+    for r, gid in ((r0, "1"), (r2, "2")):
+        recv, send = r.batch([("recv", 1, 23), ("send", 1, 23)], gid=gid)
+        r.wait(recv, err=closed)
+        r.drop(send)
+        r.end(err=closed, line=25)
+    r1.end(err="ValueError: All ops need to use the same group", line=19)
+    report = analyze(session([r0, r1, r2], states={0: FAILED, 1: FAILED, 2: FAILED}))
+    # THEN the orphaned waits are the report: no deadlock "under nccl" of those very ops
+    assert FindingKind.ORPHANED_WAIT in {f.kind for f in report.findings}
+    assert FindingKind.POTENTIAL_DEADLOCK not in {f.kind for f in report.findings}, [
+        f.message for f in report.findings
+    ]

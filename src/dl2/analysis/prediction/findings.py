@@ -114,8 +114,11 @@ def potential_deadlock_findings(
         else []
     )
     groups: list[list[_Case]] = []  # cases whose deadlocks share a blocked op
+    unfinished = _unfinished_ops(graph)
     for prediction, below in results:
         for witness in prediction.witnesses:
+            if all((b.rank, b.op_id) in unfinished for b in witness.blocked):
+                continue  # what the run itself did (a peer failed): nothing new
             case = _Case(prediction, witness, below)
             touching = [
                 g for g in groups if any(c.witness.signature & witness.signature for c in g)
@@ -124,6 +127,18 @@ def potential_deadlock_findings(
             groups = [g for g in groups if g not in touching] + [merged]
     findings = [_finding(_distinct(group)) for group in groups]
     return sorted(findings, key=lambda f: (f.ranks, f.message)), notes
+
+
+def _unfinished_ops(graph: ExecutionGraph) -> frozenset[tuple[int, int]]:
+    """(rank, op id) of the ops that did not complete in the recorded run (they raised,
+    or were still pending when it ended): a predicted deadlock of those ops only is the
+    recorded outcome again, not another one."""
+    return frozenset(
+        (rank, op.id)
+        for rank, timeline in graph.timelines.items()
+        for op in timeline.ops
+        if op.error is not None or not op.completed
+    )
 
 
 def _completed(graph: ExecutionGraph) -> bool:

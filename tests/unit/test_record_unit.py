@@ -655,3 +655,29 @@ def test_a_list_reduce_scatter_records_each_ranks_shard_size():
         {},
     )
     assert "splits" not in flat
+
+
+def test_where_a_thread_waits_on_a_future_is_communication() -> None:
+    import time
+
+    import torch
+
+    # GIVEN a thread blocked in torch.futures.wait_all on a work's future (gloo's works
+    # hand back such futures: no dl2 frame is on that stack)
+    future: Any = torch.futures.Future()
+    thread = threading.Thread(target=torch.futures.wait_all, args=([future],), daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        seen = "python"
+        while time.monotonic() < deadline:
+            frame = sys._current_frames().get(thread.ident or 0)
+            if frame is not None and "futures" in frame.f_code.co_filename:
+                seen = stack.where(frame)
+                break
+            time.sleep(0.01)
+        # THEN the watchdog reads it as waiting in communication, not running Python
+        assert seen == "comm"
+    finally:
+        future.set_result(None)
+        thread.join(10)

@@ -260,8 +260,12 @@ def user_stack(frame: FrameType | None) -> str:
 
 
 _BACKWARD_NAMES = frozenset({"_engine_run_backward", "run_backward"})
-_COMM_DIRS = tuple(os.path.join(d, "distributed", "") for d in _TORCH_DIRS) + tuple(
-    os.path.join(d, "record", "") for d in _DL2_DIRS
+# torch.futures too: ``torch.futures.wait_all([work.get_future(), ...])`` and
+# ``future.wait()`` block on works there, with no dl2 frame on the stack
+_COMM_DIRS = (
+    tuple(os.path.join(d, "distributed", "") for d in _TORCH_DIRS)
+    + tuple(os.path.join(d, "futures", "") for d in _TORCH_DIRS)
+    + tuple(os.path.join(d, "record", "") for d in _DL2_DIRS)
 )
 
 
@@ -272,9 +276,10 @@ def where(frame: FrameType | None) -> str:
         frame: the thread's innermost frame (``sys._current_frames()[ident]``).
 
     Returns:
-        "comm" when the innermost frame is in torch.distributed or in dl2's recording
-        hooks (a communication call or a wait), "backward" when an autograd backward
-        pass is on the stack, "python" otherwise.
+        "comm" when the innermost frame is in torch.distributed, torch.futures or in
+        dl2's recording hooks (a communication call or a wait, also on a work's
+        future), "backward" when an autograd backward pass is on the stack, "python"
+        otherwise.
     """
     f = frame
     if f is not None:

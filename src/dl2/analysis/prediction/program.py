@@ -56,7 +56,9 @@ class Program:
             recorded for it: the program follows the matched source,
             so another match would change what the rank does next, which the recording
             cannot tell.  Every wildcard issued at the call site (rank and stack) of
-            one the program followed is pinned too.  They keep their recorded sender.
+            one the program followed is pinned too, and one whose rank next receives
+            from the recorded sender on the same group (a header, then its payload: the
+            sender may come from the data).  They keep their recorded sender.
         steps: rank -> its program: (is_wait, u) in order.
         closed: ranks whose trace ends with a clean ``end`` record (they will do nothing
             more); every other rank (still running, crashed, or without a trace) might.
@@ -172,15 +174,20 @@ def build_program(graph: ExecutionGraph) -> Program:
         if (op.rank, op.id) in followed or (op.rank, op.stack) in following_sites:
             pinned[u] = op.src
             continue
-        if graph.follows_peers and op.gid == _DEFAULT_GROUP:
-            # no later peer came from its sender: the program names its own (on a
-            # subgroup torch hands the sender back through a dict, which drops the mark)
-            continue
         j = u - first[op.rank] + 1  # the op's place in its timeline, plus one
         later = graph.timelines[op.rank].ops[j : j + _PIN_LOOKAHEAD]
         following = next((o for o in later if o.kind == "p2p" and o.error is None), None)
-        if following is not None and following.peer == op.src:
-            pinned[u] = op.src
+        if following is None or following.peer != op.src:
+            continue
+        continues = following.op == "recv" and following.gid == op.gid
+        if graph.follows_peers and op.gid == _DEFAULT_GROUP and not continues:
+            # no later peer came from its sender: the program names its own (on a
+            # subgroup torch hands the sender back through a dict, which drops the mark).
+            # A receive from that sender next is read as the rest of its message (a
+            # header that names its sender, then the payload): the program may have
+            # read the sender from the data, which no mark follows
+            continue
+        pinned[u] = op.src
 
     steps: dict[int, tuple[tuple[bool, int], ...]] = {}
     for rank, timeline in graph.timelines.items():

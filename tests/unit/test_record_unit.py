@@ -681,3 +681,53 @@ def test_where_a_thread_waits_on_a_future_is_communication() -> None:
     finally:
         future.set_result(None)
         thread.join(10)
+
+
+def test_where_plain_python_in_torch_distributed_is_communication_only_once_still() -> None:
+    # GIVEN a frame of torch.distributed outside its API functions (a utility that walks
+    # a batch, a checkpoint writer): plain Python, or a C call that waits
+    utils = os.path.join(stack._TORCH_DIRS[0], "distributed", "utils.py")
+    helper = _api_function("_recursive_to", utils)
+    # THEN it is communication only once the thread stayed there, not running, a while
+    assert helper(lambda: stack.where(sys._getframe(1))) == "python"
+    assert helper(lambda: stack.where(sys._getframe(1), still_s=stack.STILL_S)) == "comm"
+    # AND an API function's frame is communication at once
+    comm = _api_function("all_reduce", _c10d_file())
+    assert comm(lambda: stack.where(sys._getframe(1))) == "comm"
+
+
+def test_the_watchdog_tells_a_waiting_thread_from_a_running_one() -> None:
+    import time
+    from unittest import mock
+
+    from dl2.record.watchdog import Watchdog
+
+    dog = Watchdog(mock.Mock())
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    waiter = threading.Thread(target=stop.wait, daemon=True)
+    spinner = threading.Thread(target=spin, daemon=True)
+    waiter.start()
+    spinner.start()
+    try:
+        stills = {}
+        for name, thread in (("waiting", waiter), ("running", spinner)):
+            dog._spot = None
+            dog._spot_cpu = -1
+            seen = 0.0
+            for _ in range(4):  # four looks, 0.2 s apart
+                frame = sys._current_frames().get(thread.ident or 0)
+                seen = dog._still_s(frame, thread.ident or 0, time.monotonic_ns())
+                time.sleep(0.2)
+            stills[name] = seen
+        # THEN only the thread blocked in a C call (Event.wait) counts as still
+        assert stills["waiting"] >= 0.3
+        assert stills["running"] == 0.0
+    finally:
+        stop.set()
+        waiter.join(5)
+        spinner.join(5)

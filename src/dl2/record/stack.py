@@ -260,31 +260,45 @@ def user_stack(frame: FrameType | None) -> str:
 
 
 _BACKWARD_NAMES = frozenset({"_engine_run_backward", "run_backward"})
-# torch.futures too: ``torch.futures.wait_all([work.get_future(), ...])`` and
-# ``future.wait()`` block on works there, with no dl2 frame on the stack
-_COMM_DIRS = (
-    tuple(os.path.join(d, "distributed", "") for d in _TORCH_DIRS)
-    + tuple(os.path.join(d, "futures", "") for d in _TORCH_DIRS)
-    + tuple(os.path.join(d, "record", "") for d in _DL2_DIRS)
+# Where a thread blocked in communication has its innermost Python frame: a
+# torch.distributed API function (the C++ call under it blocks), dl2's recording hooks
+# (a work's wait), torch.futures (``torch.futures.wait_all([work.get_future(), ...])``,
+# ``future.wait()``: no dl2 frame on that stack)
+_COMM_DIRS = tuple(os.path.join(d, "futures", "") for d in _TORCH_DIRS) + tuple(
+    os.path.join(d, "record", "") for d in _DL2_DIRS
 )
+_DIST_DIRS = tuple(os.path.join(d, "distributed", "") for d in _TORCH_DIRS)
+#: seconds a frame elsewhere in torch.distributed must stay at one instruction before it
+#: counts as blocked in communication: torch.distributed also runs plain Python for
+#: long (a checkpoint written, a batch moved with ``_recursive_to``), and a rank doing
+#: so with a work pending is not waiting on it
+STILL_S = 2.0
 
 
-def where(frame: FrameType | None) -> str:
+def where(frame: FrameType | None, still_s: float = 0.0) -> str:
     """What a (blocked or running) thread is doing, judged from its stack.
 
     Args:
         frame: the thread's innermost frame (``sys._current_frames()[ident]``).
+        still_s: how long the thread has been at this frame and instruction (the
+            watchdog's samples): in torch.distributed outside its API functions, a frame
+            is taken as blocked in communication only after :data:`STILL_S`.
 
     Returns:
-        "comm" when the innermost frame is in torch.distributed, torch.futures or in
-        dl2's recording hooks (a communication call or a wait, also on a work's
-        future), "backward" when an autograd backward pass is on the stack, "python"
-        otherwise.
+        "comm" when the innermost frame is a torch.distributed API function, in
+        torch.futures or in dl2's recording hooks (a communication call or a wait, also
+        on a work's future), or elsewhere in torch.distributed and still; "backward"
+        when an autograd backward pass is on the stack; "python" otherwise.
     """
     f = frame
     if f is not None:
         code = f.f_code
-        if code.co_filename.startswith(_COMM_DIRS) and code.co_name != "<module>":
+        name = code.co_filename
+        if code.co_name != "<module>" and (
+            name in _API_FILES
+            or name.startswith(_COMM_DIRS)
+            or (still_s >= STILL_S and name.startswith(_DIST_DIRS))
+        ):
             return "comm"
     while f is not None:
         code = f.f_code

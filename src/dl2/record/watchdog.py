@@ -59,6 +59,12 @@ class Watchdog:
         self._last_state: tuple[tuple[int, ...], str, int] | None = None
         self._last_state_activity = 0
         self._poll_ticks = 0
+        # the watched thread, its code and instruction at the last look, and since when
+        # it has stayed there without running (see _still_s)
+        self._spot: tuple[int, int, int] | None = None
+        self._spot_since = 0
+        self._spot_at = 0
+        self._spot_cpu = -1
         self._thread = threading.Thread(target=self._run, name="dl2-watchdog", daemon=True)
 
     def start(self) -> None:
@@ -76,6 +82,24 @@ class Watchdog:
                 self.tick()
             except Exception:
                 pass
+
+    def _still_s(self, frame: Any, ident: int, now: int) -> float:
+        """Seconds the watched thread has been at one code and instruction without
+        running (its CPU clock moved less than a tenth of the time between looks): in
+        a C call that waits.  0 when it moved, ran, or its CPU clock cannot be read."""
+        try:
+            cpu = time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
+            spot = (ident, id(frame.f_code), frame.f_lasti) if frame is not None else None
+        except Exception:
+            self._spot = None
+            return 0.0
+        previous, self._spot = self._spot, spot
+        ran = cpu - self._spot_cpu > (now - self._spot_at) // 10 if self._spot_cpu >= 0 else True
+        self._spot_cpu, self._spot_at = cpu, now
+        if spot is None or spot != previous or ran:
+            self._spot_since = now
+            return 0.0
+        return (now - self._spot_since) / 1e9
 
     def tick(self) -> None:
         """One look at the rank (also called directly by tests)."""
@@ -104,7 +128,7 @@ class Watchdog:
         frame = frames.get(rec.last_tid) or frames.get(self._main_ident or 0)
         del frames
         pending = still + list(rec.blocking.values())
-        doing = where(frame)
+        doing = where(frame, self._still_s(frame, rec.last_tid or self._main_ident or 0, now))
         spinning = sorted(oid for oid in polled if oid in still)
         if doing != "comm" and spinning and self._poll_ticks >= POLL_TICKS:
             # Quiet, yet polling is_completed() on pending works tick after tick: the

@@ -510,6 +510,10 @@ def _user_target() -> None:
     pass
 
 
+def _user_target_of(value: int) -> int:
+    return value
+
+
 class _UserThread(threading.Thread):
     def run(self) -> None:
         pass
@@ -570,6 +574,41 @@ def test_a_users_function_in_a_thread_pool_counts_from_submission_to_its_end(tmp
     finally:
         _undo(state)
     assert ThreadPoolExecutor.submit is plain
+
+
+def test_a_users_function_given_to_a_thread_pool_counts_until_its_result(tmp_path: Path):
+    from multiprocessing.pool import ThreadPool
+
+    from dl2.record.install import _Installed
+    from dl2.record.install import _patch_pools
+    from dl2.record.install import _undo
+    from dl2.record.recorder import Recorder
+
+    rec = Recorder(str(tmp_path))
+    state = _Installed(rec)
+    plain = ThreadPool.apply_async
+    _patch_pools(state)
+    try:
+        gate = threading.Event()
+        results: list[Any] = []
+        pool = ThreadPool(1)
+        try:
+            pool.apply_async(gate.wait, (10,))  # the standard library's: not counted
+            # queued behind it: counted already, until its result is delivered
+            pool.apply_async(_user_target, callback=results.append)
+            pool.map_async(_user_target_of, [1, 2], None, results.append)
+            assert rec.user_threads == 2
+            gate.set()
+            pool.close()
+            pool.join()
+        finally:
+            pool.terminate()
+        # THEN each counted until its callback ran (the user's callbacks still ran)
+        assert rec.user_threads == 0
+        assert len(results) == 2
+    finally:
+        _undo(state)
+    assert ThreadPool.apply_async is plain
 
 
 def test_counting_a_thread_never_raises_into_it(tmp_path: Path):

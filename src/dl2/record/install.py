@@ -366,6 +366,70 @@ def _patch_pools(state: _Installed) -> None:
         return future
 
     state.patch(executor, "submit", submit)
+    _patch_thread_pool(state)
+
+
+#: the asynchronous calls of ``multiprocessing.pool.ThreadPool``: each takes the function
+#: first and ``callback`` and ``error_callback`` as its 3rd and 4th other argument
+_THREAD_POOL_CALLS = ("apply_async", "map_async", "starmap_async")
+
+
+def _patch_thread_pool(state: _Installed) -> None:
+    """Count a function of the user's code given to ``multiprocessing.pool.ThreadPool``
+    asynchronously like a thread of it, until its result (or error) is delivered: as
+    with ``ThreadPoolExecutor``, the workers are the standard library's threads."""
+    try:
+        import multiprocessing.pool as pools
+    except Exception:
+        return
+    for name in _THREAD_POOL_CALLS:
+        original = getattr(pools.ThreadPool, name, None)
+        if original is not None:
+            state.patch(pools.ThreadPool, name, _counted_pool_call(state.recorder, original))
+
+
+def _counted_pool_call(rec: Recorder, original: Any) -> Any:
+    @functools.wraps(original)
+    def call(self: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            counted = is_user_callable(func) and not in_distributed_call(sys._getframe(1))
+        except Exception:
+            counted = False
+        if not counted:
+            return original(self, func, *args, **kwargs)
+        positional = list(args)
+        finished = threading.Event()
+
+        def finish() -> None:
+            if not finished.is_set():
+                finished.set()
+                rec.thread_ended()
+
+        def chained(index: int, key: str) -> None:
+            given = positional[index] if len(positional) > index else kwargs.get(key)
+
+            def callback(value: Any) -> None:
+                try:
+                    if given is not None:
+                        given(value)
+                finally:
+                    finish()
+
+            if len(positional) > index:
+                positional[index] = callback
+            else:
+                kwargs[key] = callback
+
+        chained(2, "callback")
+        chained(3, "error_callback")
+        rec.thread_started()
+        try:
+            return original(self, func, *positional, **kwargs)
+        except BaseException:
+            finish()
+            raise
+
+    return call
 
 
 def _prepare_group(

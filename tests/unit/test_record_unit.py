@@ -770,3 +770,30 @@ def test_the_watchdog_tells_a_waiting_thread_from_a_running_one() -> None:
         stop.set()
         waiter.join(5)
         spinner.join(5)
+
+
+def test_a_callback_on_a_works_future_counts_as_a_thread_until_it_ran(tmp_path: Path):
+    import torch
+
+    from dl2.record.recorder import Recorder
+    from dl2.record.works import watched_future
+
+    rec = Recorder(str(tmp_path))
+    # GIVEN the future of a pending op, as the user's code gets it
+    real: Any = torch.futures.Future()
+    future = watched_future(real, rec)
+    seen: list[Any] = []
+    # WHEN a callback is chained on it (it may communicate once the op completes)
+    chained = future.then(lambda f: seen.append((f.value(), rec.user_threads)))
+    # THEN the rank counts one more thread of its own until the callback ran
+    assert rec.user_threads == 1
+    real.set_result([7])
+    assert chained.wait() is None and seen == [([7], 1)]
+    assert future.wait() == [7] and rec.user_threads == 0
+    # AND an error reaches the user's future as it would gloo's
+    failing: Any = torch.futures.Future()
+    other = watched_future(failing, rec)
+    failing.set_exception(RuntimeError("Connection closed by peer"))
+    with pytest.raises(RuntimeError, match="Connection closed"):
+        other.wait()
+    assert rec.user_threads == 0

@@ -22,6 +22,8 @@ from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
 from dl2.record.recorder import work_failed
 from dl2.record.source import SourceRank
+from dl2.record.stack import LIB
+from dl2.record.stack import classify_file
 from dl2.record.stack import user_stack_id
 
 _getframe = sys._getframe
@@ -219,6 +221,21 @@ class RecordedWork(ForwardingWork):
 
     source_rank = _source_rank
 
+    def get_future(self) -> Any:
+        """gloo's future; asked for by the user's own code while the op is pending, a
+        future completed with it whose callbacks count as a thread of the user's until
+        they ran (see :func:`watched_future`)."""
+        future = self._dl2_work.get_future()
+        if self._dl2_device:
+            return future
+        try:
+            caller = _getframe(1).f_code.co_filename
+            if classify_file(caller) == LIB or self._dl2_work.is_completed():
+                return future  # torch's own (DDP's reducer, from C++), or done already
+            return watched_future(future, self._dl2_rec)
+        except Exception:
+            return future
+
     def is_completed(self) -> bool:
         completed = bool(self._dl2_work.is_completed())
         if self._dl2_waited is not None:
@@ -240,6 +257,47 @@ class RecordedWork(ForwardingWork):
         except Exception:
             pass
         return completed
+
+
+def watched_future(future: Any, recorder: Recorder) -> Any:
+    """A future completed with ``future`` (its value or its error), whose ``then`` and
+    ``add_done_callback`` count as a thread of the user's code from the first callback
+    given until the callbacks ran: a callback runs when the op completes, in a thread
+    of gloo's, and may itself communicate (``work.get_future().then(send_reply)``), so
+    a rank waiting elsewhere meanwhile is not stuck.  Waiting on it is what waiting on
+    ``future`` is (``torch.futures.wait_all`` included)."""
+    chained: Any = torch.futures.Future()
+    lock = threading.Lock()
+    state = {"counted": False, "done": False}
+
+    def counting(method: Any) -> Any:
+        def attach(callback: Any) -> Any:
+            with lock:
+                if not state["done"] and not state["counted"]:
+                    state["counted"] = True
+                    recorder.thread_started()
+            return method(callback)
+
+        return attach
+
+    def transfer(done: Any) -> None:
+        try:
+            try:
+                value = done.value()
+            except Exception as err:
+                chained.set_exception(err)
+            else:
+                chained.set_result(value)
+        finally:  # the callbacks ran inside set_result / set_exception
+            with lock:
+                state["done"] = True
+                if state["counted"]:
+                    recorder.thread_ended()
+
+    chained.then = counting(chained.then)
+    chained.add_done_callback = counting(chained.add_done_callback)
+    future.add_done_callback(transfer)
+    return chained
 
 
 def work_completed(work: Any) -> bool:

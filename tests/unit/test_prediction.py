@@ -383,6 +383,10 @@ def test_a_wildcard_where_the_program_followed_another_sender_keeps_its_match():
     assert witnesses(follows=True) == ()
     # (with the replies' peers hard-coded, the same swap is a race the program can run)
     assert witnesses(follows=False) != ()
+    # AND where no mark follows senders (older traces; a subgroup, whose sender torch
+    # hands back through a dict), a reply to the recorded sender pins the call site too
+    unmarked = build_session([b.trace() for b in job(follows=False)], {})
+    assert predict(build_execution_graph(unmarked), GLOO).witnesses == ()
 
 
 def test_a_header_then_the_payload_from_its_sender_is_no_race():

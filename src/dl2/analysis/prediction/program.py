@@ -159,25 +159,21 @@ def build_program(graph: ExecutionGraph) -> Program:
     pinned: dict[int, int] = {}
     # (rank, op id) of the wildcards whose returned sender a later op's peer came from
     followed = {(op.rank, op.via) for op in ops if op.via is not None}
-    # the call sites (rank, stack) where the program followed the sender at least once:
-    # what it does after such a receive depends on what it received (a server replies
-    # to an update and only counts a "done"), so the recorded continuation of any
-    # receive there says nothing of what another match would have led to
-    following_sites = {
-        (op.rank, op.stack)
+    # (u, the recorded sender) of the wildcard receives that matched one
+    wildcards = [
+        (u, op.src)
         for u, op in enumerate(ops)
-        if kind[u] == RECV and op.peer is None and op.stack and (op.rank, op.id) in followed
-    }
-    for u, op in enumerate(ops):
-        if kind[u] != RECV or op.peer is not None or op.src is None:
-            continue
-        if (op.rank, op.id) in followed or (op.rank, op.stack) in following_sites:
-            pinned[u] = op.src
+        if kind[u] == RECV and op.peer is None and op.src is not None
+    ]
+    for u, src in wildcards:
+        op = ops[u]
+        if (op.rank, op.id) in followed:
+            pinned[u] = src
             continue
         j = u - first[op.rank] + 1  # the op's place in its timeline, plus one
         later = graph.timelines[op.rank].ops[j : j + _PIN_LOOKAHEAD]
         following = next((o for o in later if o.kind == "p2p" and o.error is None), None)
-        if following is None or following.peer != op.src:
+        if following is None or following.peer != src:
             continue
         continues = following.op == "recv" and following.gid == op.gid
         if graph.follows_peers and op.gid == _DEFAULT_GROUP and not continues:
@@ -187,7 +183,15 @@ def build_program(graph: ExecutionGraph) -> Program:
             # header that names its sender, then the payload): the program may have
             # read the sender from the data, which no mark follows
             continue
-        pinned[u] = op.src
+        pinned[u] = src
+    # Where the program followed the sender once, the call site (rank, stack) is pinned
+    # whole: what the rank does after a receive there depends on what it received (a
+    # server replies to an update and only counts a "done"), so the recorded
+    # continuation of any receive there says nothing of what another match leads to.
+    following_sites = {(ops[u].rank, ops[u].stack) for u in pinned if ops[u].stack}
+    for u, src in wildcards:
+        if u not in pinned and (ops[u].rank, ops[u].stack) in following_sites:
+            pinned[u] = src
 
     steps: dict[int, tuple[tuple[bool, int], ...]] = {}
     for rank, timeline in graph.timelines.items():

@@ -501,6 +501,23 @@ def test_new_group_by_a_subset_blocks_in_creation():
     assert any(f.kind is FindingKind.GROUP_MISMATCH for f in report.findings)
 
 
+def test_ranks_that_computed_other_members_at_one_line_are_named_so():
+    # GIVEN ranks 0 and 1 call new_group([0, 1, 2]) where rank 2, at the same line,
+    # calls new_group([0, 1]) (each decided the members from its own data)
+    r0, r1, r2 = ranks(3)
+    for r in (r0, r1):
+        r.newgroup([0, 1, 2], "1", stack=[["t.py", 13, "main"]])
+        r.create_group("1", [0, 1, 2], line=13, complete=False)
+    r2.newgroup([0, 1], None, stack=[["t.py", 13, "main"]])  # not a member of its own
+    r2.call("barrier", 17, complete=False)
+    report = analyze(session([r0, r1, r2]))
+    # THEN the group mismatch says what rank 2 called there instead
+    (mismatch,) = [f for f in report.findings if f.kind is FindingKind.GROUP_MISMATCH]
+    assert "At the same line (13), rank 2 called new_group(ranks=[0, 1]) instead" in (
+        mismatch.message
+    )
+
+
 @pytest.mark.parametrize("swapped", [True, False])
 def test_one_group_name_with_different_members_is_a_group_mismatch(swapped):
     # GIVEN 4 ranks creating the pair groups [0,1] and [2,3], ranks 2 and 3 "their own

@@ -16,6 +16,7 @@ from dl2.model.execution_graph import CollectiveSlot
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Op
+from dl2.model.ops import Timeline
 from dl2.model.stuck import RankStatus
 from dl2.model.wait_for import WaitForGraph
 from dl2.report import Finding
@@ -350,6 +351,7 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
             message = (
                 f"new_group(ranks={list(members)}) was called {most} time(s) by "
                 f"{rank_list(callers)} but fewer times by {rank_list(short)}."
+                + _other_members_here(known, short, by_rank[callers[0]][-1], members)
             )
         elif len(set(names.values())) > 1:
             finding_ops = tuple(_new_group_ref(r, by_rank[r][0]) for r in sorted(by_rank))
@@ -381,6 +383,40 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
             )
         )
     return findings
+
+
+def _other_members_here(
+    known: dict[int, Timeline],
+    short: list[int],
+    record: NewGroupRecord,
+    members: tuple[int, ...],
+) -> str:
+    """What the ranks that called new_group fewer times called at the same line instead
+    (other members: each rank computed the list from its own data), or ""."""
+    here = report_frame(record.stack)
+    if here is None:
+        return ""
+    instead: dict[tuple[int, ...], list[int]] = {}
+    for rank in short:
+        for other in known[rank].newgroups:
+            frame = report_frame(other.stack)
+            ranks = other.ranks
+            if frame is None or ranks is None or (frame.file, frame.line) != (here.file, here.line):
+                continue
+            if tuple(sorted(ranks)) != members:
+                instead.setdefault(tuple(sorted(ranks)), []).append(rank)
+                break
+    if not instead:
+        return ""
+    calls = "; ".join(
+        f"{rank_list(ranks)} called new_group(ranks={list(other)})"
+        for other, ranks in sorted(instead.items())
+    )
+    return (
+        f" At the same line ({here.line}), {calls} instead: the ranks computed different "
+        "member lists; derive the list from what every rank agrees on (broadcast it, or "
+        "all_reduce the decision first)."
+    )
 
 
 def _one_name_two_groups(

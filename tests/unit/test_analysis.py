@@ -785,3 +785,26 @@ def test_an_orphaned_op_ddp_issued_gets_the_hint_of_where_ddp_issued_it(op, word
     orphan = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
     # THEN a broadcast is DDP's forward (buffers), an all_reduce its backward
     assert words in orphan.hint
+
+
+def test_a_cycle_of_waited_isends_is_hinted_as_disagreeing_partners():
+    # GIVEN each rank isends to the next and waits on it (they disagree on partners)
+    builders = ranks(3)
+    for r in builders:
+        r.wait(r.isend(17, peer=(r.rank + 1) % 3), line=19, complete=False)
+    report = analyze(session(builders))
+    # THEN the hint does not tell them to use isend: it names the pairing
+    hint = report.findings[0].hint
+    assert "already isend" in hint and "use isend/irecv" not in hint
+
+
+def test_a_point_to_point_deadlock_without_collectives_is_not_hinted_about_collectives():
+    # GIVEN rank 0 receives from anyone with tag 1 while ranks 1 and 2 send it tag 2
+    r0, r1, r2 = ranks(3)
+    r0.call("recv", 16, peer=None, tag=1, complete=False)
+    r1.call("send", 24, peer=0, tag=2, complete=False)
+    r2.call("send", 24, peer=0, tag=2, complete=False)
+    report = analyze(session([r0, r1, r2]))
+    # THEN the hint speaks of matching sends and receives (tags included), not collectives
+    hint = report.findings[0].hint
+    assert "collective" not in hint and "tag" in hint

@@ -168,6 +168,14 @@ def _hint(ops: list[Op], notes: list[str]) -> str:
             "order (a rank that sends to two peers in one order while they receive in "
             "another cycles); post the receives early with irecv, or batch_isend_irecv."
         )
+    if kinds == {"send"} and all(o.is_async for o in ops):
+        return (
+            "The sends are already isend (posted, then waited on): what is missing is their "
+            "receives. The ranks disagree on who pairs with whom (a rank sends to a peer "
+            "that receives from, or sends to, a third): derive the pairing on every rank "
+            "from one shared value (the same seed, or a broadcast), so that each send has "
+            "its receive posted."
+        )
     if kinds == {"send"}:
         return (
             "Every rank in the cycle sends first and a gloo send waits for its receive (so does "
@@ -199,6 +207,12 @@ def _hint(ops: list[Op], notes: list[str]) -> str:
             "The ranks are in different collectives of the same group (see the first divergence): "
             "make every member issue the same collectives in the same order; look for a "
             "rank-dependent branch."
+        )
+    if not any(o.kind == "collective" for o in ops):
+        return (
+            "Each rank waits in a point-to-point op that its peer never matches: check that "
+            "every send names its receiver, every receive its sender and both the same tag, "
+            "and that both sides take their messages in the same order."
         )
     return (
         "A rank waits in a point-to-point op while its peer waits in another operation: make "

@@ -744,3 +744,18 @@ def test_a_batch_whose_peer_failed_before_posting_is_not_predicted_again():
     assert FindingKind.POTENTIAL_DEADLOCK not in {f.kind for f in report.findings}, [
         f.message for f in report.findings
     ]
+
+
+def test_a_run_with_ranks_communicating_from_two_threads_says_why_it_is_not_predicted():
+    # GIVEN rank 1 receives from rank 2 in its main thread while another of its threads
+    # sends to rank 2 (the file has the receive first); rank 2 receives, then sends
+    r0, r1, r2 = ranks(3)
+    r1.call("recv", 10, peer=2, tid=1)
+    r1.call("send", 20, peer=2, tid=2)
+    r2.call("recv", 30, peer=1)
+    r2.call("send", 31, peer=1)
+    report = analyze(session(ended([r0, r1, r2])))
+    # THEN the run is ok, and the note names the threads, not a deadlock or a bad trace
+    assert report.verdict is Verdict.OK
+    (note,) = [w for w in report.warnings if "prediction skipped" in w]
+    assert "rank(s) 1 communicate from several threads" in note

@@ -223,7 +223,9 @@ def test_where() -> None:
     assert comm(lambda: stack.where(sys._getframe(1))) == "comm"
     graph = os.path.join(stack._TORCH_DIRS[0], "autograd", "graph.py")
     backward = _api_function("_engine_run_backward", graph)
-    assert backward(lambda: stack.where(sys._getframe())) == "backward"
+    assert backward(lambda: stack.where(sys._getframe(), still_s=stack.STILL_S)) == "backward"
+    # a backward that computes (not still) waits on nothing
+    assert backward(lambda: stack.where(sys._getframe())) == "python"
     assert stack.where(None) == "python"
 
 
@@ -543,6 +545,10 @@ def test_only_threads_of_the_users_own_code_are_counted():
     assert is_user_callable(functools.partial(contextvars.copy_context().run, dist.send))
     assert not is_user_callable(functools.partial(contextvars.copy_context().run, print))
     assert not runs_user_code(threading.Thread())
+    # a context's run: the function it runs decides
+    context = contextvars.copy_context()
+    assert runs_user_code(threading.Thread(target=context.run, args=(_user_target,)))
+    assert not runs_user_code(threading.Thread(target=context.run, args=(print,)))
     import torch.utils.data._utils.pin_memory as pin_memory
 
     assert not runs_user_code(threading.Thread(target=pin_memory._pin_memory_loop))

@@ -555,6 +555,9 @@ def runs_user_code(thread: threading.Thread) -> bool:
     target = getattr(thread, "_target", None)
     if target is None and isinstance(thread, threading.Timer):
         target = thread.function  # a Timer calls the user's function once
+    args = getattr(thread, "_args", ())
+    if isinstance(getattr(target, "__self__", None), contextvars.Context) and args:
+        target = args[0]  # Thread(target=copy_context().run, args=(fn, ...))
     if target is None:
         run = type(thread).run
         if run is threading.Thread.run:

@@ -268,10 +268,11 @@ _COMM_DIRS = tuple(os.path.join(d, "futures", "") for d in _TORCH_DIRS) + tuple(
     os.path.join(d, "record", "") for d in _DL2_DIRS
 )
 _DIST_DIRS = tuple(os.path.join(d, "distributed", "") for d in _TORCH_DIRS)
-#: seconds a frame elsewhere in torch.distributed must stay at one instruction before it
-#: counts as blocked in communication: torch.distributed also runs plain Python for
-#: long (a checkpoint written, a batch moved with ``_recursive_to``), and a rank doing
-#: so with a work pending is not waiting on it
+#: seconds a frame elsewhere in torch.distributed, or a backward pass, must stay at one
+#: instruction without running before it counts as blocked in communication:
+#: torch.distributed also runs plain Python for long (a checkpoint written, a batch
+#: moved with ``_recursive_to``), a backward computes, and a rank doing so with a work
+#: pending is not waiting on it
 STILL_S = 2.0
 
 
@@ -288,7 +289,9 @@ def where(frame: FrameType | None, still_s: float = 0.0) -> str:
         "comm" when the innermost frame is a torch.distributed API function, in
         torch.futures or in dl2's recording hooks (a communication call or a wait, also
         on a work's future), or elsewhere in torch.distributed and still; "backward"
-        when an autograd backward pass is on the stack; "python" otherwise.
+        when an autograd backward pass is on the stack and the thread is still (DDP's
+        backward waiting on its buckets; one that computes is "python"); "python"
+        otherwise.
     """
     f = frame
     if f is not None:
@@ -300,6 +303,8 @@ def where(frame: FrameType | None, still_s: float = 0.0) -> str:
             or (still_s >= STILL_S and name.startswith(_DIST_DIRS))
         ):
             return "comm"
+    if still_s < STILL_S:
+        return "python"  # running: a backward that computes is not waiting on anything
     while f is not None:
         code = f.f_code
         if code.co_name in _BACKWARD_NAMES and code.co_filename.startswith(_TORCH_DIRS):

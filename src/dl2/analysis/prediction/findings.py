@@ -88,7 +88,14 @@ def potential_deadlock_findings(
     misfit = predictor.misfit(recorded)
     if misfit is not None:
         # A run that failed or was cut short is expected not to replay: say nothing then.
-        return [], [f"deadlock prediction skipped: {misfit}"] if _completed(graph) else []
+        if not _completed(graph):
+            return [], []
+        threaded = sorted(r for r, t in graph.timelines.items() if len({o.tid for o in t.ops}) > 1)
+        if threaded:  # the replay takes a rank's ops in file order: one thread's program
+            ranks = ", ".join(map(str, threaded))
+            why = f"rank(s) {ranks} communicate from several threads, whose order it cannot replay"
+            return [], [f"deadlock prediction skipped: {why}"]
+        return [], [f"deadlock prediction skipped: {misfit}"]
 
     if recorded is not None and recorded != GLOO:
         # Run under an emulated configuration (dl2 run --buffer-size, dl2 replay): judged

@@ -331,6 +331,15 @@ def _patch_threads(state: _Installed) -> None:
     _patch_pools(state)
 
 
+def _counts(fn: Any, caller: Any) -> bool:
+    """Whether a function handed to a pool counts as a thread of the user's: the user's
+    own code, not handed over inside a torch.distributed call (never raises)."""
+    try:
+        return is_user_callable(fn) and not in_distributed_call(caller)
+    except Exception:
+        return False
+
+
 def _patch_pools(state: _Installed) -> None:
     """Count a function of the user's code submitted to a ``ThreadPoolExecutor`` like a
     thread of it, from its submission until it finished: the pool's worker threads are
@@ -347,11 +356,7 @@ def _patch_pools(state: _Installed) -> None:
 
     @functools.wraps(original)
     def submit(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        try:
-            counted = is_user_callable(fn) and not in_distributed_call(sys._getframe(1))
-        except Exception:
-            counted = False
-        if not counted:
+        if not _counts(fn, sys._getframe(1)):
             return original(self, fn, *args, **kwargs)
         rec.thread_started()
         try:
@@ -391,11 +396,7 @@ def _patch_thread_pool(state: _Installed) -> None:
 def _counted_pool_call(rec: Recorder, original: Any) -> Any:
     @functools.wraps(original)
     def call(self: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            counted = is_user_callable(func) and not in_distributed_call(sys._getframe(1))
-        except Exception:
-            counted = False
-        if not counted:
+        if not _counts(func, sys._getframe(1)):
             return original(self, func, *args, **kwargs)
         positional = list(args)
         finished = threading.Event()

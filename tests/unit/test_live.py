@@ -530,3 +530,46 @@ def test_has_children_sees_a_live_child_process():
         child.wait(timeout=30)
     assert not has_children(child.pid)  # gone (and no children of its own)
     assert not has_children(-1)
+
+
+def test_a_proof_with_a_grace_waits_that_long_with_the_set_unchanged():
+    from dl2.live.proof import DeadlockProof
+    from dl2.live.proof import Step
+
+    proof = DeadlockProof()
+    members = frozenset({0, 1})
+
+    def observe(now: float, grace: float) -> Step:
+        return proof.observe(
+            members,
+            {0: 5, 1: 7},
+            writing=frozenset,
+            fresh=lambda ranks, req: True,
+            bump=lambda: 0,
+            now=now,
+            grace=grace,
+        )
+
+    # GIVEN a member seems inside an async call (its return may be held back 0.2 s)
+    assert observe(10.0, 0.5) is Step.CANDIDATE
+    # THEN the same set read again 0.1 s later is not yet a proof; 0.5 s later it is
+    assert observe(10.1, 0.5) is Step.CANDIDATE
+    assert observe(10.5, 0.5) is Step.PROVEN
+    # AND without a grace, the second read proves it
+    proof.reset()
+    assert observe(20.0, 0.0) is Step.CANDIDATE
+    assert observe(20.05, 0.0) is Step.PROVEN
+
+
+def test_a_rank_whose_async_op_has_no_return_yet_is_issuing():
+    from dl2.live.monitor import _issuing
+    from dl2.model.execution_graph import build_execution_graph
+    from trace_builders import ranks
+    from trace_builders import session
+
+    r0, r1 = ranks(2)
+    r0.issue("all_reduce", 18, returned=False, **{"async": True})  # its ret held back
+    r1.call("recv", 27, peer=0, complete=False)
+    graph = build_execution_graph(session([r0, r1]))
+    assert _issuing(graph, 0)
+    assert not _issuing(graph, 1)  # inside a blocking recv

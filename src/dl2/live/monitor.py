@@ -71,6 +71,22 @@ OUTSIDE = frozenset({signal.SIGTERM, signal.SIGKILL, signal.SIGINT, signal.SIGHU
 CONFIRM_S = 0.05
 #: seconds the other ranks of a ``-n`` job get to end on their own after one failed
 FAILED_GRACE_S = 1.0
+#: seconds a deadlock set must stay unchanged when a member seems inside an async call:
+#: the recorder holds back the return of an async op to share the next write, and its
+#: watchdog writes it within 0.2 s when none follows, so such a member may be running
+#: (its peers stopped a correct job 0.05 s after it issued an all_reduce, async_op=True)
+ISSUE_GRACE_S = 0.5
+
+
+def _issuing(graph: ExecutionGraph, rank: int) -> bool:
+    """Whether the rank seems inside the issue of async ops (recorded, not returned)."""
+    timeline = graph.timelines.get(rank)
+    blocked = timeline.blocked if timeline is not None else None
+    return (
+        blocked is not None
+        and blocked.how == "call"
+        and all(op.is_async and not op.issued for op in blocked.ops)
+    )
 
 
 @dataclass(frozen=True)
@@ -418,12 +434,15 @@ class Monitor:
         deadlocked = snapshot.wfg.deadlocked
         if deadlocked and self._store_keys_may_come_from_outside(snapshot):
             deadlocked = frozenset()
+        issuing = any(_issuing(snapshot.graph, r) for r in deadlocked)
         step = self.proof.observe(
             deadlocked,
             self.clocks.counts,
             writing=self.tailer.partial,
             fresh=self.nodes.fresh,
             bump=self.nodes.bump,
+            now=now,
+            grace=ISSUE_GRACE_S if issuing else 0.0,
         )
         if step is Step.CANDIDATE:
             self._confirm_soon = True

@@ -98,11 +98,13 @@ class Candidate:
         deadlocked: the deadlock set.
         counts: (rank, progress count) of each member, sorted.
         req: the store's ``req`` value published after this snapshot (multi-node).
+        since: when it was first seen (monotonic seconds).
     """
 
     deadlocked: frozenset[int]
     counts: tuple[tuple[int, int], ...]
     req: int
+    since: float = 0.0
 
 
 class Step(enum.Enum):
@@ -133,6 +135,8 @@ class DeadlockProof:
         writing: Callable[[], Set[int]],
         fresh: Callable[[frozenset[int], int], bool],
         bump: Callable[[], int],
+        now: float = 0.0,
+        grace: float = 0.0,
     ) -> Step:
         """Take one snapshot's deadlock set.
 
@@ -143,6 +147,9 @@ class DeadlockProof:
             fresh: whether every member on another node was read after the
                 candidate's snapshot (``req``).
             bump: marks the end of this snapshot for the other nodes; returns ``req``.
+            now: the time of this snapshot (monotonic seconds).
+            grace: how long the set must have been seen unchanged before it is proven
+                (a member between two records may look blocked for that long).
         """
         if not deadlocked:
             self.candidate = None
@@ -158,8 +165,10 @@ class DeadlockProof:
                 return Step.NOTHING  # a member is writing a record: it moves, or it is stuck
             if not fresh(deadlocked, candidate.req):
                 return Step.NOTHING  # another node has not re-read its files yet
+            if now - candidate.since < grace:
+                return Step.CANDIDATE  # a member may still be between two records
             return Step.PROVEN
-        self.candidate = Candidate(deadlocked, counts, bump())
+        self.candidate = Candidate(deadlocked, counts, bump(), now)
         return Step.CANDIDATE
 
 

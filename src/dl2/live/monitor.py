@@ -75,7 +75,7 @@ FAILED_GRACE_S = 1.0
 #: the recorder holds back the return of an async op to share the next write, and its
 #: watchdog writes it within 0.2 s when none follows, so such a member may be running
 #: (its peers stopped a correct job 0.05 s after it issued an all_reduce, async_op=True)
-ISSUE_GRACE_S = 0.5
+ISSUE_GRACE_S = 1.0
 
 
 def _issuing(graph: ExecutionGraph, rank: int) -> bool:

@@ -231,6 +231,17 @@ def test_an_irecv_outstanding_at_exit_is_reported():
     assert (finding.ops[0].rank, finding.ops[0].line) == (1, 15)
 
 
+def test_an_irecv_left_by_a_program_that_raised_is_not_an_unwaited_work():
+    # GIVEN rank 1 posted an irecv, then its program raised before the wait
+    r0, r1 = ranks(2)
+    r1.irecv(15, peer=0)
+    r0.call("send", 25, peer=1)
+    r0.end()
+    r1.end(err="ValueError: Global rank 3 is not part of group", line=16)
+    # THEN the exception, not a lost work, is why it was never waited on
+    assert _unwaited([r0, r1]) == []
+
+
 def test_works_waited_seen_complete_or_of_a_waited_batch_are_not_reported():
     r0, r1 = ranks(2)
     sends = [r0.isend(10 + i, peer=1) for i in range(3)]

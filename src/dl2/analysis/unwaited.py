@@ -52,8 +52,11 @@ def unwaited_work_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Fin
     for rank in sorted(graph.timelines):
         timeline = graph.timelines[rank]
         ended = timeline.ended is not None or wfg.status(rank) is RankStatus.EXITED
-        # a rank still running: only its dropped works (not every op it kept built)
-        ops = timeline.ops if ended else graph.dropped_ops(rank)
+        # a rank still running: only its dropped works (not every op it kept built); one
+        # whose program an uncaught exception ended never reached its waits: the
+        # exception says why (the findings of its peers quote it), not a lost work
+        raised = timeline.exit_error is not None
+        ops = graph.dropped_ops(rank) if not ended or raised else timeline.ops
         if not ops:
             continue
         settled_batches = {op.batch for op in ops if op.batch is not None and _settled(op)}

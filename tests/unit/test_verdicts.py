@@ -384,3 +384,29 @@ def test_a_collective_mismatch_leads_the_failures_it_causes():
     # THEN the mismatch, the cause, comes first (the headline), then what followed
     assert FindingKind.ORPHANED_WAIT in kinds or FindingKind.COLLECTIVE_MISSING in kinds
     assert kinds[0] is FindingKind.COLLECTIVE_MISMATCH, kinds
+
+
+def test_a_call_rejected_on_its_rank_leads_the_waits_it_orphaned():
+    from dl2.analysis import analyze
+    from dl2.report import FindingKind
+    from dl2.trace.session import FAILED
+    from trace_builders import ranks
+    from trace_builders import session
+
+    # GIVEN ranks 1 and 2 each have their all_to_all on their group rejected by gloo on
+    # their own rank (a local check), and their programs end; rank 0's barrier then
+    # fails: its peers are gone
+    r0, r1, r2 = ranks(3)
+    invalid = "RuntimeError: ProcessGroupGloo::alltoall: invalid tensor size at index 1"
+    for r in (r0, r1, r2):
+        r.create_group("1", [1, 2])
+    for r in (r1, r2):
+        r.wait(r.issue("all_to_all", 16, gid="1"), err=invalid)
+        r.end(err=invalid, line=16)
+    r0.wait(r0.issue("barrier", 19), err="RuntimeError: Connection closed by peer")
+    report = analyze(session([r0, r1, r2], states={0: FAILED, 1: FAILED, 2: FAILED}))
+    kinds = [f.kind for f in report.findings]
+    # THEN the rejected call leads, before the orphaned wait it caused
+    assert kinds[0] is FindingKind.FAILED_CALL, kinds
+    assert FindingKind.ORPHANED_WAIT in kinds
+    assert "invalid tensor size" in report.findings[0].message

@@ -136,6 +136,11 @@ def _mismatches_first(findings: list[Finding]) -> list[Finding]:
     return rest[:first] + mismatches + rest[first:]
 
 
+#: findings that follow from a rank's failure rather than explain one
+_CONSEQUENCES = frozenset(
+    {FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING, FindingKind.P2P_UNMATCHED}
+)
+
 _DEFECT_KINDS = {
     FindingKind.COLLECTIVE_MISMATCH,
     FindingKind.COLLECTIVE_MISSING,
@@ -326,6 +331,10 @@ def analyze(
     any_failed = RankStatus.FAILED in statuses or RankStatus.KILLED in statuses
     if any_failed and not findings:
         findings.extend(failed_call_findings(graph))
+    elif any_failed and all(f.kind in _CONSEQUENCES for f in findings):
+        # only what a failure left behind (waits orphaned, collectives never issued): a
+        # call rejected on its own rank is the cause, and leads
+        findings[:0] = failed_call_findings(graph)
     warnings = list(session.warnings) + context.notes
     if unknown_end:
         warnings.append(

@@ -39,6 +39,22 @@ QUIET_NS = 300_000_000
 POLL_TICKS = 5
 
 
+def _thread_cpu_ns(ident: int) -> int | None:
+    """The CPU time (ns) of the Python thread ``ident`` so far, from
+    ``/proc/self/task/<tid>/schedstat``; None when it is not known (the thread ended,
+    no /proc).  Never ``pthread_getcpuclockid``: given a thread that just ended, it may
+    crash the process."""
+    try:
+        thread = threading._active.get(ident)  # type: ignore[attr-defined]
+        native = getattr(thread, "native_id", None)
+        if native is None:
+            return None
+        with open(f"/proc/self/task/{native}/schedstat", "rb") as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 class Watchdog:
     """The per-process watchdog thread.
 
@@ -85,12 +101,11 @@ class Watchdog:
 
     def _still_s(self, frame: Any, ident: int, now: int) -> float:
         """Seconds the watched thread has been at one code and instruction without
-        running (its CPU clock moved less than a tenth of the time between looks): in
-        a C call that waits.  0 when it moved, ran, or its CPU clock cannot be read."""
-        try:
-            cpu = time.clock_gettime_ns(time.pthread_getcpuclockid(ident))
-            spot = (ident, id(frame.f_code), frame.f_lasti) if frame is not None else None
-        except Exception:
+        running (its CPU time moved less than a tenth of the time between looks): in
+        a C call that waits.  0 when it moved, ran, or its CPU time cannot be read."""
+        cpu = _thread_cpu_ns(ident)
+        spot = (ident, id(frame.f_code), frame.f_lasti) if frame is not None else None
+        if cpu is None:
             self._spot = None
             return 0.0
         previous, self._spot = self._spot, spot

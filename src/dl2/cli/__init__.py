@@ -72,8 +72,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``dl2`` console script; returns the exit status."""
     # The model of a large run holds millions of small objects (ops, records, ranks'
     # state), none of them in reference cycles: with Python's threshold the collector
-    # walked them over and over (half the time of an analysis of 8,192 ranks after the
-    # traces were read); young objects are still collected, 70 times less often.
+    # walked them over and over (about 40 % of the CPU time of the analysis of 8,192
+    # ranks once the traces were read); young objects are still collected, 70 times
+    # less often.
     _, middle, old = gc.get_threshold()
     gc.set_threshold(GC_THRESHOLD, middle, old)
     parser = build_parser()

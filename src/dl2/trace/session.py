@@ -142,7 +142,8 @@ def discover_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
         raise NoDataError(f"{path}: not a directory (give the run directory, not a file)")
     try:
         # sorted by name: comparing the paths themselves costs 30 times more
-        names = sorted(e.name for e in os.scandir(path) if e.name.endswith(TRACE_SUFFIX))
+        with os.scandir(path) as entries:
+            names = sorted(e.name for e in entries if e.name.endswith(TRACE_SUFFIX))
         return [path / name for name in names]
     except OSError as err:
         raise NoDataError(f"{path}: cannot list the run directory: {err.strerror}") from None

@@ -226,8 +226,8 @@ class RecordedWork(ForwardingWork):
         future completed with it whose callbacks count as a thread of the user's until
         they ran (see :func:`watched_future`)."""
         future = self._dl2_work.get_future()
-        if self._dl2_device:
-            return future
+        if self._dl2_device or not _cpu_only():
+            return future  # a future of CUDA tensors needs its devices: left as it is
         try:
             caller = _getframe(1).f_code.co_filename
             if classify_file(caller) == LIB or self._dl2_work.is_completed():
@@ -257,6 +257,20 @@ class RecordedWork(ForwardingWork):
         except Exception:
             pass
         return completed
+
+
+_CPU_ONLY: list[bool] = []
+
+
+def _cpu_only() -> bool:
+    """Whether no CUDA device is usable here (asked once): a future made by dl2 has no
+    devices, and one whose value holds CUDA tensors would refuse it."""
+    if not _CPU_ONLY:
+        try:
+            _CPU_ONLY.append(not torch.cuda.is_available())
+        except Exception:
+            _CPU_ONLY.append(False)
+    return _CPU_ONLY[0]
 
 
 def watched_future(future: Any, recorder: Recorder) -> Any:

@@ -3,12 +3,14 @@ import hygiene, the bootstrap, and install/uninstall around a one-rank gloo grou
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Iterator
 from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Any
@@ -557,32 +559,11 @@ def test_only_threads_of_the_users_own_code_are_counted():
     assert not runs_user_code(threading.Thread(target=msgspec.json.encode))  # no code
 
 
-def test_a_users_function_in_a_thread_pool_counts_from_submission_to_its_end(tmp_path: Path):
+@contextlib.contextmanager
+def _pools_patched(tmp_path: Path) -> Iterator[Any]:
+    """A recorder with the thread pools patched to count the user's functions (the
+    patches undone after, and checked undone)."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from dl2.record.install import _Installed
-    from dl2.record.install import _patch_pools
-    from dl2.record.install import _undo
-    from dl2.record.recorder import Recorder
-
-    rec = Recorder(str(tmp_path))
-    state = _Installed(rec)
-    plain = ThreadPoolExecutor.submit
-    _patch_pools(state)
-    try:
-        gate = threading.Event()
-        with ThreadPoolExecutor(1) as pool:
-            pool.submit(gate.wait, 10)  # the standard library's: not counted
-            pool.submit(_user_target)  # queued behind it: counted already
-            assert rec.user_threads == 1
-            gate.set()
-        assert rec.user_threads == 0  # done (the pool's exit waited for it)
-    finally:
-        _undo(state)
-    assert ThreadPoolExecutor.submit is plain
-
-
-def test_a_users_function_given_to_a_thread_pool_counts_until_its_result(tmp_path: Path):
     from multiprocessing.pool import ThreadPool
 
     from dl2.record.install import _Installed
@@ -592,9 +573,32 @@ def test_a_users_function_given_to_a_thread_pool_counts_until_its_result(tmp_pat
 
     rec = Recorder(str(tmp_path))
     state = _Installed(rec)
-    plain = ThreadPool.apply_async
+    plain = (ThreadPoolExecutor.submit, ThreadPool.apply_async)
     _patch_pools(state)
     try:
+        yield rec
+    finally:
+        _undo(state)
+    assert (ThreadPoolExecutor.submit, ThreadPool.apply_async) == plain
+
+
+def test_a_users_function_in_a_thread_pool_counts_from_submission_to_its_end(tmp_path: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with _pools_patched(tmp_path) as rec:
+        gate = threading.Event()
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(gate.wait, 10)  # the standard library's: not counted
+            pool.submit(_user_target)  # queued behind it: counted already
+            assert rec.user_threads == 1
+            gate.set()
+        assert rec.user_threads == 0  # done (the pool's exit waited for it)
+
+
+def test_a_users_function_given_to_a_thread_pool_counts_until_its_result(tmp_path: Path):
+    from multiprocessing.pool import ThreadPool
+
+    with _pools_patched(tmp_path) as rec:
         gate = threading.Event()
         results: list[Any] = []
         pool = ThreadPool(1)
@@ -612,9 +616,6 @@ def test_a_users_function_given_to_a_thread_pool_counts_until_its_result(tmp_pat
         # THEN each counted until its callback ran (the user's callbacks still ran)
         assert rec.user_threads == 0
         assert len(results) == 2
-    finally:
-        _undo(state)
-    assert ThreadPool.apply_async is plain
 
 
 def test_counting_a_thread_never_raises_into_it(tmp_path: Path):

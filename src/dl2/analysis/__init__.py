@@ -117,29 +117,27 @@ ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "wildcard-sizes": lambda c: wildcard_size_findings(c.graph) if c.hazards else [],
 }
 
-#: what a collective mismatch leads to: gloo aborts the rank that detects it, and the
-#: others' calls fail or are never issued
-_AFTERMATH = frozenset(
-    {FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING, FindingKind.FAILED_CALL}
+#: findings that follow from a rank's failure rather than explain one: the waits it
+#: orphaned, the collectives and messages it never sent (a collective mismatch makes gloo
+#: abort the rank that sees it; a call rejected on its rank ends that rank's program)
+_CONSEQUENCES = frozenset(
+    {FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING, FindingKind.P2P_UNMATCHED}
 )
 
 
 def _mismatches_first(findings: list[Finding]) -> list[Finding]:
-    """The collective mismatches before the failures and missing collectives listed
-    ahead of them (which they cause: the report leads with the cause), in order
-    otherwise."""
-    mismatches = [f for f in findings if f.kind is FindingKind.COLLECTIVE_MISMATCH]
-    first = next((i for i, f in enumerate(findings) if f.kind in _AFTERMATH), None)
-    if not mismatches or first is None or first > findings.index(mismatches[0]):
+    """The collective mismatches before the consequences listed ahead of them (the
+    report leads with the cause), in order otherwise."""
+    first_mismatch = next(
+        (i for i, f in enumerate(findings) if f.kind is FindingKind.COLLECTIVE_MISMATCH), None
+    )
+    first = next((i for i, f in enumerate(findings) if f.kind in _CONSEQUENCES), None)
+    if first_mismatch is None or first is None or first > first_mismatch:
         return findings
+    mismatches = [f for f in findings if f.kind is FindingKind.COLLECTIVE_MISMATCH]
     rest = [f for f in findings if f.kind is not FindingKind.COLLECTIVE_MISMATCH]
     return rest[:first] + mismatches + rest[first:]
 
-
-#: findings that follow from a rank's failure rather than explain one
-_CONSEQUENCES = frozenset(
-    {FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING, FindingKind.P2P_UNMATCHED}
-)
 
 _DEFECT_KINDS = {
     FindingKind.COLLECTIVE_MISMATCH,

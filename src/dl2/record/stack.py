@@ -115,7 +115,7 @@ def _entry(code: CodeType) -> _Entry:
     if entry is None:
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
-        entry = _cache[id(code)] = (code, _kind(code.co_filename), {})
+        entry = _cache[id(code)] = (code, file_kind(code.co_filename), {})
     return entry
 
 
@@ -124,7 +124,9 @@ def _entry(code: CodeType) -> _Entry:
 _kinds: dict[str, int] = {}
 
 
-def _kind(filename: str) -> int:
+def file_kind(filename: str) -> int:
+    """The kind of a frame from its code's file name, as :func:`classify_file` says,
+    remembered per file name."""
     kind = _kinds.get(filename)
     if kind is None:
         if len(_kinds) >= _CACHE_LIMIT:
@@ -178,7 +180,7 @@ def capture(frame: FrameType | None) -> tuple[str | None, int]:
         code = f.f_code
         kind = kinds.get(code.co_filename)
         if kind is None:
-            kind = _kind(code.co_filename)
+            kind = file_kind(code.co_filename)
         if kind in _RECORDED:
             break
         if kind == API:

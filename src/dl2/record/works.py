@@ -9,6 +9,7 @@ The first and last forward everything else to the real work (:class:`ForwardingW
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 import time
@@ -23,7 +24,7 @@ from dl2.record.recorder import source_of
 from dl2.record.recorder import work_failed
 from dl2.record.source import SourceRank
 from dl2.record.stack import LIB
-from dl2.record.stack import classify_file
+from dl2.record.stack import file_kind
 from dl2.record.stack import user_stack_id
 
 _getframe = sys._getframe
@@ -230,7 +231,7 @@ class RecordedWork(ForwardingWork):
             return future  # a future of CUDA tensors needs its devices: left as it is
         try:
             caller = _getframe(1).f_code.co_filename
-            if classify_file(caller) == LIB or self._dl2_work.is_completed():
+            if file_kind(caller) == LIB or self._dl2_work.is_completed():
                 return future  # torch's own (DDP's reducer, from C++), or done already
             return watched_future(future, self._dl2_rec)
         except Exception:
@@ -259,18 +260,14 @@ class RecordedWork(ForwardingWork):
         return completed
 
 
-_CPU_ONLY: list[bool] = []
-
-
+@functools.cache
 def _cpu_only() -> bool:
     """Whether no CUDA device is usable here (asked once): a future made by dl2 has no
     devices, and one whose value holds CUDA tensors would refuse it."""
-    if not _CPU_ONLY:
-        try:
-            _CPU_ONLY.append(not torch.cuda.is_available())
-        except Exception:
-            _CPU_ONLY.append(False)
-    return _CPU_ONLY[0]
+    try:
+        return not torch.cuda.is_available()
+    except Exception:
+        return False
 
 
 def watched_future(future: Any, recorder: Recorder) -> Any:

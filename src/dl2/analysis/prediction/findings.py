@@ -121,9 +121,11 @@ def potential_deadlock_findings(
         else []
     )
     groups: list[list[_Case]] = []  # cases whose deadlocks share a blocked op
-    unfinished = _unfinished_ops(graph)
+    unfinished: frozenset[tuple[int, int]] | None = None  # read once, if a witness needs it
     for prediction, below in results:
         for witness in prediction.witnesses:
+            if unfinished is None:
+                unfinished = _unfinished_ops(graph)
             if all((b.rank, b.op_id) in unfinished for b in witness.blocked):
                 continue  # what the run itself did (a peer failed): nothing new
             case = _Case(prediction, witness, below)

@@ -804,3 +804,69 @@ def test_a_callback_on_a_works_future_counts_as_a_thread_until_it_ran(tmp_path: 
     with pytest.raises(RuntimeError, match="Connection closed"):
         other.wait()
     assert rec.user_threads == 0
+
+
+class _Future:
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+    def done(self) -> bool:
+        return True
+
+    def value(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return []
+
+
+class _Work:
+    """A completed work: a collective's (with a future) or gloo's P2P one (without)."""
+
+    def __init__(self, error: BaseException | None, has_future: bool) -> None:
+        self.error, self.has_future, self.asked = error, has_future, 0
+
+    def get_future(self) -> _Future:
+        if not self.has_future:
+            raise RuntimeError("Work::getFuture not implemented.")
+        return _Future(self.error)
+
+    def exception(self) -> BaseException | None:
+        self.asked += 1  # torch prints a deprecation warning into the job's output
+        return self.error
+
+
+@pytest.mark.parametrize("has_future", [True, False])
+@pytest.mark.parametrize("error", [None, RuntimeError("Connection closed by peer")])
+def test_work_failed_asks_the_future_before_the_deprecated_exception(
+    has_future: bool, error: BaseException | None
+) -> None:
+    from dl2.record.recorder import work_failed
+
+    work = _Work(error, has_future)
+    assert work_failed(work) is (error is not None)
+    assert work.asked == (0 if has_future else 1)
+
+
+def test_recording_prints_no_torch_deprecation_warning(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    script = textwrap.dedent(
+        """
+        import dl2.record, sys
+        assert dl2.record.install(sys.argv[1])
+        import torch, torch.distributed as dist
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        works = [dist.all_reduce(torch.ones(2), async_op=True) for _ in range(80)]
+        works[-1].wait()
+        assert works[0].is_completed()
+        dist.destroy_process_group()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "deprecated" not in done.stderr, done.stderr

@@ -36,7 +36,24 @@ PRUNE_AT = 64
 
 def work_failed(work: Any) -> bool:
     """Whether a completed work ended with an error (gloo calls a work whose peer died
-    completed): it must not be recorded ``done``."""
+    completed): it must not be recorded ``done``.
+
+    The work's future says so where it has one (a collective's): ``Work.exception()``
+    prints torch's deprecation warning into the job's output, once per process, naming
+    an API the user never called.  Only a work without a future (gloo's P2P works, which
+    complete only inside the user's own wait) is asked directly.
+    """
+    try:
+        future = work.get_future()
+    except Exception:
+        future = None
+    if future is not None:
+        try:
+            if future.done():
+                future.value()
+                return False
+        except Exception:
+            return True
     try:
         return work.exception() is not None
     except Exception:

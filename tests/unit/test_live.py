@@ -573,3 +573,64 @@ def test_a_rank_whose_async_op_has_no_return_yet_is_issuing():
     graph = build_execution_graph(session([r0, r1]))
     assert _issuing(graph, 0)
     assert not _issuing(graph, 1)  # inside a blocking recv
+
+
+def test_a_store_that_went_away_prints_no_cpp_stack_into_dl2s_output(tmp_path: Path) -> None:
+    """Node 0's agent exits with the store: the monitor's next call fails in one line
+    of its own, with no C++ warning and stack from torch, and the level is not left set
+    for anything the monitor launches later."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+    import textwrap
+
+    server = textwrap.dedent(
+        """
+        import sys, time
+        from torch.distributed import TCPStore
+        store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        print(store.port, flush=True)
+        sys.stdin.read()  # until the client says it is connected
+        """
+    )
+    client = textwrap.dedent(
+        """
+        import os, sys, time
+        from dl2.live.shared import StoreAddress, connect_tcp_store
+        store = connect_tcp_store(StoreAddress("127.0.0.1", int(sys.argv[1]), "job", "--store"))
+        assert store.add("k", 1) == 1
+        assert "TORCH_CPP_LOG_LEVEL" not in os.environ
+        print("connected", flush=True)
+        sys.stdin.readline()  # the server is gone
+        try:
+            store.add("k", 1)
+        except Exception as err:
+            print("lost:", type(err).__name__, flush=True)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    host = subprocess.Popen(
+        [sys.executable, "-c", server], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert host.stdout is not None and host.stdin is not None
+        port = host.stdout.readline().decode().strip()
+        user = subprocess.Popen(
+            [sys.executable, "-c", client, port],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        assert user.stdout is not None and user.stdin is not None
+        assert user.stdout.readline() == b"connected\n"
+        host.stdin.close()
+        host.wait(timeout=60)
+        out, err = user.communicate(b"\n", timeout=60)
+    finally:
+        for proc in (host, locals().get("user")):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert out.decode().startswith("lost:"), (out, err)
+    assert b"recvValue" not in err and b"frame #" not in err, err.decode()

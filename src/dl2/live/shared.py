@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -195,9 +196,27 @@ def parse_store(text: str) -> StoreAddress:
     return StoreAddress(host.strip("[]"), int(port), run_id or "none", "--store")
 
 
+#: torch's C++ log level, read once when torch is first imported
+ENV_CPP_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL"
+
+
 def connect_tcp_store(address: StoreAddress) -> StoreClient:
-    """A client of the job's TCPStore (imports torch)."""
-    from torch.distributed import TCPStore
+    """A client of the job's TCPStore (imports torch).
+
+    The monitor's own torch logs only C++ errors: when node 0's agent exits, the store
+    goes with it, and the client's next call would print a warning with a 20-frame C++
+    stack into ``dl2 run``'s output (the monitor says in one line that sharing ended).
+    The job was launched before this runs, with its own environment, and keeps its
+    level; a level the user set is kept too.
+    """
+    quiet = "torch" not in sys.modules and ENV_CPP_LOG_LEVEL not in os.environ
+    if quiet:
+        os.environ[ENV_CPP_LOG_LEVEL] = "ERROR"
+    try:
+        from torch.distributed import TCPStore
+    finally:
+        if quiet:
+            os.environ.pop(ENV_CPP_LOG_LEVEL, None)
 
     store: StoreClient = TCPStore(
         address.host,

@@ -252,7 +252,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.timeout(400)
-def test_two_nodes_give_one_verdict(online):
+def test_two_nodes_give_one_verdict(online, dl2_bin):
     # GIVEN a send/send deadlock with one rank on each of two "nodes", each node with
     # its own dl2 run around its own torchrun (see ``_two_nodes``)
     first, second = online["node0"], online["node1"]
@@ -269,6 +269,27 @@ def test_two_nodes_give_one_verdict(online):
         assert finding["kind"] == "deadlock" and finding["ranks"] == [0, 1]
         assert {(op["rank"], op["line"]) for op in finding["ops"]} == {(0, line), (1, line)}
         assert not _leftovers(run.run_dir)
+    # AND dl2 analyze of the reporting node's directory, which keeps the trace the other
+    # node's monitor sent (mirrored/), gives the live verdict; the other node's points
+    # at it
+    assert list((first.run_dir / "mirrored").glob("rank00001.*")), first.output
+    leader = _analyze(dl2_bin, first.run_dir)
+    assert leader.returncode == 3, leader.stderr
+    finding = json.loads(leader.stdout)["findings"][0]
+    assert finding["kind"] == "deadlock" and finding["ranks"] == [0, 1], leader.stdout
+    assert {(op["rank"], op["line"]) for op in finding["ops"]} == {(0, line), (1, line)}
+    follower = _analyze(dl2_bin, second.run_dir)
+    assert str(first.run_dir) in " ".join(json.loads(follower.stdout)["warnings"]), follower
+
+
+def _analyze(dl2_bin: Path, run_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(dl2_bin), "analyze", "-r", "json", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def _two_nodes(dl2_bin: Path, tmp_path: Path, script: Path) -> tuple[Run, Run]:

@@ -634,3 +634,20 @@ def test_a_store_that_went_away_prints_no_cpp_stack_into_dl2s_output(tmp_path: P
                 proc.wait()
     assert out.decode().startswith("lost:"), (out, err)
     assert b"recvValue" not in err and b"frame #" not in err, err.decode()
+
+
+def test_a_foreign_launchers_rank_that_raised_is_failed_not_exited(tmp_path, monkeypatch):
+    # GIVEN a job dl2 did not launch rank by rank (its own launcher): rank 0 ended with an
+    # uncaught exception, rank 1 ended cleanly, rank 2 vanished (no end record)
+    monkeypatch.setattr(monitor_mod, "process_alive", lambda pid: False)
+    r0, r1, r2 = ranks(3)
+    r0.end(err="RuntimeError: Connection closed by peer", line=14)
+    r1.end()
+    run_dir = write_run_dir([r0, r1, r2], tmp_path)
+    job = FakeJob(1)
+    job.ranked = False
+    monitor = Monitor(run_dir, job, MonitorOptions(poll_interval=POLL))  # type: ignore[arg-type]
+    monitor.tailer.refresh()
+    # THEN only the rank that ended cleanly exited; Python exits with status 1 after an
+    # uncaught exception
+    assert monitor.process_states() == {0: "failed", 1: "exited", 2: "failed"}

@@ -61,6 +61,24 @@ def test_headline_variants() -> None:
     assert headline(report(verdict=Verdict.DEFECT)).startswith("DEFECT:")
 
 
+def test_a_failed_job_names_the_rank_that_ended_before_a_collective_the_others_issued() -> None:
+    # GIVEN rank 1 ended (os._exit, a crash or a kill dl2 could not tell) before
+    # all_reduce #4 of the world, which ranks 0 and 2 issued and failed in
+    issued = [op_ref(r, seq=4, file="/job/train.py", line=14) for r in (0, 2)]
+    orphaned = [finding(FindingKind.ORPHANED_WAIT, op, ranks=[op.rank, 1]) for op in issued]
+    missing = finding(FindingKind.COLLECTIVE_MISSING, *issued, ranks=[0, 1, 2])
+    states = [rank_state(r, "failed") for r in range(3)]
+    rep = report(*orphaned, missing, ranks=states, verdict=Verdict.JOB_FAILED)
+    # THEN the headline says who ended before what, not "a reason other than communication"
+    assert headline(rep) == (
+        "JOB FAILED: rank 1 ended before all_reduce #4 of group 0, which ranks 0,2 issued "
+        "at train.py:14; the others failed because of it"
+    )
+    # AND a rank that failed on its own with no such finding keeps the general headline
+    alone = report(ranks=[rank_state(0, "failed")], verdict=Verdict.JOB_FAILED)
+    assert headline(alone) == "JOB FAILED: the job failed for a reason other than communication"
+
+
 # -- deadlock cycles ----------------------------------------------------------------------
 
 

@@ -139,3 +139,32 @@ def test_tailer_reads_appended_records_and_waits_for_partial_lines(tmp_path):
     timeline = tailer.model.graph().timelines[0]
     assert timeline.record_count == 3 and timeline.last_state is not None
     assert [(op.id, op.issued) for op in timeline.ops] == [(1, True)]
+
+
+def test_a_multi_node_leaders_directory_reads_the_traces_it_mirrored(tmp_path):
+    # GIVEN rank 0's node's run directory: its own trace, rank 1's as the other node's
+    # monitor sent it (mirrored/), and a stale copy of its own trace there too (a run
+    # directory the nodes share)
+    (tmp_path / "tmp").mkdir()
+    write_run_dir([rank0()], tmp_path)
+    write_run_dir([RankBuilder(1, 2).end()], tmp_path / "tmp")
+    mirrored = tmp_path / "mirrored"
+    mirrored.mkdir()
+    (tmp_path / "tmp" / trace_file_name(1, 1001)).rename(mirrored / trace_file_name(1, 1001))
+    (mirrored / trace_file_name(0, 1000)).write_text("not read")
+    # WHEN loaded THEN both ranks are read, rank 0's from its own file
+    session = load_session(tmp_path)
+    assert sorted(session.traces) == [0, 1]
+    assert session.traces[0].path == str(tmp_path / trace_file_name(0, 1000))
+    assert session.traces[1].path == str(mirrored / trace_file_name(1, 1001))
+    assert not session.warnings
+
+
+def test_a_follower_nodes_directory_points_at_the_leaders(tmp_path):
+    # GIVEN a node's run directory whose run.json says rank 0's node made the report
+    write_run_dir([RankBuilder(1, 2).end()], tmp_path)
+    leader = {"node": 2, "host": "node-a", "run_dir": "/shared/run/node0"}
+    (tmp_path / "run.json").write_text(json.dumps({"reported_by": leader}))
+    # THEN its analysis says where every node's traces are
+    (warning,) = [w for w in load_session(tmp_path).warnings if "multi-node" in w]
+    assert "/shared/run/node0 on node-a holds every node's traces" in warning

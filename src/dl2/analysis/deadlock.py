@@ -470,7 +470,8 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
                     ops=(op_ref(op),),
                     message=(
                         f"Rank {rank}'s {phrase(op)} ({where(op)}) failed because "
-                        f"{rank_list(gone)} will never take part ({states}): {op.error}"
+                        f"{rank_list(gone)} will never take part ({states}); "
+                        f"rank {rank}'s own error: {op.error}"
                     ),
                     hint=KILLED_HINT
                     if all(wfg.status(r) is RankStatus.KILLED for r in gone)

@@ -225,7 +225,9 @@ class Monitor:
                 else:
                     states[rank] = EXITED if code == 0 else KILLED if -code in OUTSIDE else FAILED
             return states
-        ended = self.tailer.ended()
+        # ended cleanly: an ``end`` record without an uncaught exception (Python exits
+        # with status 1 after one)
+        ended = self.tailer.ended() - self.tailer.raised()
         for rank, pid in self.tailer.pids().items():
             if rank in self._alive_at_stop or process_alive(pid):
                 states[rank] = ALIVE
@@ -280,16 +282,24 @@ class Monitor:
         while they are being stopped (gloo's "Connection closed by peer" when a peer
         dies first, the exit hook's ``end``) would tell of the stop, not of the job.
         """
-        if not self._frozen:
-            self.tailer.refresh()
-            self._note_progress(time.monotonic())
-            self._frozen = True
-            self._read_upto = self.tailer.offsets()
+        self._freeze()
         states = self.process_states()
         self._alive_at_stop = {r for r, s in states.items() if s == ALIVE}
         self.job.stop(
             extra_pids=[p for r, p in self.tailer.pids().items() if r in self._alive_at_stop]
         )
+
+    def _freeze(self, refresh: bool = True) -> None:
+        """Read the traces one last time (unless ``refresh`` is False: the verdict's
+        snapshot was the last read) and never again; what was read is what a later
+        ``dl2 analyze`` reads (``read_upto``)."""
+        if self._frozen:
+            return
+        if refresh:
+            self.tailer.refresh()
+            self._note_progress(time.monotonic())
+        self._frozen = True
+        self._read_upto = self.tailer.offsets()
 
     def run(self) -> Outcome:
         """Follow the job; returns when it ends or a verdict stopped it."""
@@ -489,6 +499,9 @@ class Monitor:
                 self.on_report(report)
             self.nodes.publish(dict(verdict, action="report"), report)
             return None
+        # the snapshot proven is what a later analysis reads: not what the ranks write
+        # once the other nodes' monitors, told below, stop theirs ("Connection closed")
+        self._freeze(refresh=False)
         self.nodes.publish(dict(verdict, action="abort"), report)
         self.stop_job()
         return Outcome(
@@ -507,6 +520,8 @@ class Monitor:
         self, snapshot: Snapshot, states: Mapping[int, str], note: str | None = None
     ) -> Outcome:
         if self.nodes.sharing:  # the other nodes get this snapshot's report
+            # read before they stop their ranks, whose peers here then fail
+            self._freeze()
             report = self.analyze(snapshot.session, snapshot)
             self.nodes.publish(
                 {

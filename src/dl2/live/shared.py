@@ -20,6 +20,9 @@ operations, on keys under ``dl2/<run id>/``:
 
 Exactly one monitor reports: the one whose node runs global rank 0 (the *leader*).  The
 others mirror their files, follow the verdict it publishes, and stop their own ranks.
+The leader keeps the files it receives in its run directory's ``mirrored/`` folder, as
+they came: a later ``dl2 analyze`` of that directory reads every node's traces, up to
+where the live analysis read them.
 
 A deadlock proof needs two snapshots in which no member moved, the second read after
 the first.  A member on another node is read by that node's monitor, so the leader
@@ -50,6 +53,7 @@ from typing import Any
 from typing import Protocol
 
 from dl2.live.tailer import TraceTailer
+from dl2.trace.session import MIRRORED_DIR
 
 #: seconds a store operation may take before the store counts as gone
 STORE_TIMEOUT_S = 5.0
@@ -281,6 +285,7 @@ class SharedState:
         self._pushed_states: str | None = None
         self._info: str | None = None
         self._verdict_seq = -1
+        self._keep_failed = False  # a mirrored chunk could not be kept in the run dir
 
     # -- connection ---------------------------------------------------------------------
 
@@ -408,12 +413,27 @@ class SharedState:
             if count > have:
                 keys = [self._key(f"f/{name}/{i}") for i in range(have, count)]
                 for chunk in client.multi_get(keys):
+                    self._keep(name, bytes(chunk))
                     if tailer.ingest(name, bytes(chunk)):
                         changed = True
                 self._chunks[name] = count
                 for key in keys:
                     client.delete_key(key)
         return Pull(dict(self._states), seen, dict(self._rank_nodes), changed)
+
+    def _keep(self, name: str, data: bytes) -> None:
+        """Append a mirrored chunk to its copy in the run directory, so that a later
+        ``dl2 analyze`` of it reads what this monitor read (best effort: a failed write
+        ends the copies, never the monitoring)."""
+        if self._keep_failed or not data:
+            return
+        try:
+            folder = os.path.join(self.run_dir, MIRRORED_DIR)
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, os.path.basename(name)), "ab") as handle:
+                handle.write(data)
+        except OSError:
+            self._keep_failed = True
 
     def remote_names(self) -> set[str]:
         return set(self._remote_files)

@@ -322,6 +322,14 @@ class TraceTailer:
         """Ranks whose last record is an ``end`` record."""
         return {r for r, e in self._newest().items() if isinstance(e.last, EndRecord)}
 
+    def raised(self) -> set[int]:
+        """Ranks whose program ended with an uncaught exception (their ``end`` says so)."""
+        return {
+            r
+            for r, e in self._newest().items()
+            if isinstance(e.last, EndRecord) and e.last.err is not None
+        }
+
     def partial(self) -> set[int]:
         """Ranks whose file ends in a partial line (a record being written)."""
         return {r for r, e in self._newest().items() if e.partial_since is not None}
@@ -335,8 +343,10 @@ class TraceTailer:
         }
 
     def offsets(self) -> dict[str, int]:
-        """File name -> the bytes of it read so far, for every file of this node."""
-        return {e.name: e.offset for e in self._files.values() if e.path is not None}
+        """File name -> the bytes of it read so far, for every file: this node's, and
+        those mirrored from the others (kept in the run directory's
+        :data:`~dl2.trace.session.MIRRORED_DIR` as they came)."""
+        return {e.name: e.offset for e in self._files.values()}
 
     def pids(self) -> dict[int, int]:
         """rank -> pid of the process that writes its trace (local files only)."""

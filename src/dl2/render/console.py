@@ -160,6 +160,9 @@ def headline(report: Report) -> str:
                 "signal from outside the job (the OOM killer, a scheduler, a kill); the "
                 "others failed because of it"
             )
+        left = _left_before(findings, on_their_own)
+        if left:
+            return f"JOB FAILED: {left}; the others failed because of it"
         return "JOB FAILED: the job failed for a reason other than communication"
     if report.verdict is Verdict.HANG:
         hang = next((f for f in findings if f.kind is FindingKind.HANG), None)
@@ -178,6 +181,30 @@ def headline(report: Report) -> str:
         missing = "; ".join(report.gaps) or "part of the traces could not be read"
         return f"INCOMPLETE: no defect found in what was read, but {missing}"
     return "DEADLOCK: " + _deadlock_summary(findings)
+
+
+def _left_before(findings: Sequence[Finding], failed: Sequence[int]) -> str:
+    """``rank 1 ended before all_reduce #4 of group 0 that ranks 0,2 issued (a.py:14)``:
+    ranks that failed on their own (a crash, a kill dl2 could not see, ``os._exit``)
+    before a collective the others issued; "" when no such finding names them."""
+    for finding in findings:
+        if finding.kind is not FindingKind.COLLECTIVE_MISSING or not finding.ops:
+            continue
+        issued = {o.rank for o in finding.ops}
+        culprits = [r for r in failed if r in finding.ranks and r not in issued]
+        if not culprits:
+            continue
+        op = finding.ops[0]
+        who = rank_list(culprits)
+        seq = f" #{op.seq}" if op.seq is not None else ""
+        at = f" at {op.location}" if op.file else ""
+        issuers = rank_list(issued)
+        return (
+            f"rank{'s' if len(culprits) > 1 else ''} {who} ended before {op.op}{seq} of "
+            f"group {op.group}, which rank{'s' if len(issued) > 1 else ''} {issuers} "
+            f"issued{at}"
+        )
+    return ""
 
 
 def _deadlock_summary(findings: Sequence[Finding]) -> str:

@@ -132,9 +132,15 @@ class Session:
         return state
 
 
+#: the folder of a run directory where the reporting monitor of a multi-node job keeps
+#: the other nodes' traces as their monitors sent them (see :mod:`dl2.live.shared`)
+MIRRORED_DIR = "mirrored"
+
+
 def discover_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
     """The per-rank trace files (segments) of a run directory, sorted by name (and so by
-    rank)."""
+    rank): its own, and the other nodes' its monitor received (:data:`MIRRORED_DIR`)
+    unless a file of that name is there itself (a run directory shared by the nodes)."""
     path = Path(run_dir)
     if not path.exists():
         raise NoDataError(f"{path}: no such run directory")
@@ -143,10 +149,18 @@ def discover_trace_files(run_dir: str | os.PathLike[str]) -> list[Path]:
     try:
         # sorted by name: comparing the paths themselves costs 30 times more
         with os.scandir(path) as entries:
-            names = sorted(e.name for e in entries if e.name.endswith(TRACE_SUFFIX))
-        return [path / name for name in names]
+            found = {e.name: path / e.name for e in entries if e.name.endswith(TRACE_SUFFIX)}
     except OSError as err:
         raise NoDataError(f"{path}: cannot list the run directory: {err.strerror}") from None
+    mirrored = path / MIRRORED_DIR
+    try:
+        with os.scandir(mirrored) as entries:
+            for e in entries:
+                if e.name.endswith(TRACE_SUFFIX) and e.name not in found:
+                    found[e.name] = mirrored / e.name
+    except OSError:
+        pass  # none (a single-node run), or unreadable: this node's files alone
+    return [found[name] for name in sorted(found)]
 
 
 def group_streams(files: list[Path]) -> list[list[Path]]:
@@ -175,9 +189,21 @@ def read_run_meta(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def meta_warnings(meta: Mapping[str, Any]) -> list[str]:
-    """The warning a run's ``run.json`` gives when it could not be read."""
+    """The warnings a run's ``run.json`` gives: it could not be read; it is one node's
+    of a multi-node job whose report another node's monitor made (that node's run
+    directory holds every node's traces)."""
     why = meta.get("unreadable")
-    return [why] if isinstance(why, str) else []
+    found = [why] if isinstance(why, str) else []
+    leader = meta.get("reported_by")
+    if isinstance(leader, dict) and isinstance(leader.get("run_dir"), str):
+        host = leader.get("host")
+        where = f" on {host}" if isinstance(host, str) and host else ""
+        found.append(
+            "this directory holds one node's traces of a multi-node job, whose report "
+            f"the monitor of rank 0's node made: its run directory {leader['run_dir']}"
+            f"{where} holds every node's traces"
+        )
+    return found
 
 
 def read_limits(meta: Mapping[str, Any]) -> dict[str, int] | None:

@@ -432,6 +432,33 @@ def test_a_named_peer_that_happens_to_be_the_recorded_sender_is_still_a_race():
     assert predict(build_execution_graph(followed), GLOO).witnesses != ()
 
 
+def test_a_named_peer_after_a_subgroup_wildcard_is_a_race_where_subgroups_are_marked():
+    # GIVEN the same program on a subgroup of every rank: rank 0 recv(any, group=sub),
+    # then a send to rank 1 hard-coded (no via)
+    def job() -> list[RankBuilder]:
+        r0, r1, r2 = ranks(3)
+        for r in (r0, r1, r2):
+            r.create_group("1", [0, 1, 2])
+        wildcard = r0.issue("recv", 10, peer=None, gid="1")
+        r0.wait(wildcard, src=1)
+        r0.call("send", 11, peer=1, gid="1")
+        r0.call("recv", 12, peer=None, gid="1")
+        r1.call("send", 20, peer=0, gid="1")
+        r1.call("recv", 21, peer=0, gid="1")
+        r2.call("send", 30, peer=0, gid="1")
+        return ended([r0, r1, r2])
+
+    def witnesses(**header: bool) -> tuple[object, ...]:
+        traces = build_session([b.trace(**header) for b in job()], {})
+        return predict(build_execution_graph(traces), GLOO).witnesses
+
+    # THEN a recorder that keeps the mark through torch's translation of a subgroup's
+    # sender (follows_groups) lets the other arrival order be explored: the deadlock;
+    # one that did not (follows alone) may have lost a reply's mark: pinned
+    assert witnesses(follows=True, follows_groups=True) != ()
+    assert witnesses(follows=True) == ()
+
+
 def test_wildcard_race_finding():
     report = analyze(session(wildcard_race()))
     assert report.verdict is Verdict.DEFECT

@@ -870,3 +870,32 @@ def test_recording_prints_no_torch_deprecation_warning(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "deprecated" not in done.stderr, done.stderr
+
+
+def test_a_wildcard_senders_mark_survives_torchs_subgroup_translations(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from dl2.record import install
+    from dl2.record import uninstall
+    from dl2.record.source import SourceRank
+    from dl2.record.source import via_of
+
+    c10d = dist.distributed_c10d
+    originals = (c10d.get_global_rank, c10d.get_group_rank)
+    assert install(str(tmp_path))
+    try:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        sub = dist.new_group([0])
+        # recv(src=None, group=sub) translates the sender's group rank to a global rank,
+        # send(dst=src, group=sub) the global rank back: the mark stays
+        assert via_of(c10d.get_global_rank(sub, SourceRank(0, 7))) == 7
+        assert via_of(dist.get_group_rank(sub, SourceRank(0, 9))) == 9
+        assert type(c10d.get_global_rank(sub, 0)) is int  # an unmarked rank stays plain
+        dist.destroy_process_group()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        uninstall()
+    assert (c10d.get_global_rank, c10d.get_group_rank) == originals
+    assert dist.get_global_rank is originals[0]

@@ -9,12 +9,13 @@ itself completed: :func:`wildcard_size_findings` names the receive, the send it 
 take and the order that breaks it.
 
 A send cannot race a receive when its rank issued it only after learning that the
-receive had completed: the check skips a send whose rank, before it, took part in an
-operation that the receiving rank issued after that receive (a reply, a collective).
+receive had completed: the check skips a send that the receive's completion happened
+before, through any chain of the run's messages and collectives (a reply, a reply
+forwarded through a third rank, a collective).
 
 Cost: per rank and (group, tag), the pairs of its wildcard receives, at most
-:data:`MAX_PAIRS` each; at most :data:`MAX_CHECKS` candidates per rank read the two
-timelines (the model's window) for causality.
+:data:`MAX_PAIRS` each; at most :data:`MAX_CHECKS` candidates per rank, each reading at
+most :data:`MAX_VISITS` ops of the timelines (the model's window) for causality.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dl2.analysis.describe import where
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Op
+from dl2.model.program import wait_position
 from dl2.report import Finding
 from dl2.report import FindingKind
 
@@ -35,8 +37,10 @@ __all__ = ["wildcard_size_findings"]
 
 #: pairs of wildcard receives looked at per rank and channel
 MAX_PAIRS = 256
-#: candidate sends checked for causality per rank (each check reads two timelines)
+#: candidate sends checked for causality per rank
 MAX_CHECKS = 32
+#: ops read by one causality check, at most
+MAX_VISITS = 200_000
 
 
 def wildcard_size_findings(graph: ExecutionGraph) -> list[Finding]:
@@ -72,6 +76,58 @@ def _size(op: Op) -> tuple[str | None, int | None]:
 
 
 def _after(graph: ExecutionGraph, send: Op, recv: Op) -> bool:
+    """Whether ``send``'s rank issued it only after ``recv`` completed, through any chain
+    of the run's own messages and collectives (rank 0 receives, then tells rank 1, which
+    tells rank 2, which sends): what happened before a message or a collective's
+    completion happened before everything its receivers did after it.
+
+    Each rank is read from the first of its ops known to come after ``recv``; at most
+    :data:`MAX_VISITS` ops are read, past which only the send's own rank's direct links
+    count (:func:`_one_hop_after`).
+    """
+    if graph.timelines.get(send.rank) is None:
+        return False
+    start = wait_position(recv)
+    if start is None:
+        return False
+    reach: dict[int, int] = {recv.rank: start}  # rank -> its first op after recv completed
+    scanned: dict[int, int] = {}  # rank -> the first op index already read from
+    queue = [recv.rank]
+    visits = 0
+    while queue:
+        rank = queue.pop()
+        timeline = graph.timelines.get(rank)
+        begin, end = reach[rank], scanned.get(rank)
+        if timeline is None or (end is not None and begin >= end):
+            continue
+        scanned[rank] = begin
+        for op in timeline.ops:
+            if op.index < begin:
+                continue
+            if end is not None and op.index >= end:
+                break
+            visits += 1
+            if visits > MAX_VISITS:
+                return _one_hop_after(graph, send, recv)
+            if op.error is not None:
+                continue
+            if op.op == "send":
+                partner = graph.p2p_partner.get(op_key(op))
+                released = [partner] if partner is not None else []
+            elif op.kind == "collective":
+                slot = graph.slot_of(op)
+                released = list(slot.ops.values()) if slot is not None else []
+            else:
+                continue
+            for other in released:
+                at = wait_position(other)
+                if at is not None and at < reach.get(other.rank, at + 1):
+                    reach[other.rank] = at
+                    queue.append(other.rank)
+    return send.index >= reach.get(send.rank, send.index + 1)
+
+
+def _one_hop_after(graph: ExecutionGraph, send: Op, recv: Op) -> bool:
     """Whether ``send``'s rank issued it only after an op of ``recv``'s rank that comes
     after ``recv`` (so ``recv`` had completed): a P2P partner or a collective slot."""
     timeline = graph.timelines.get(send.rank)

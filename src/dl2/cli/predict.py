@@ -140,7 +140,9 @@ class PredictCommand:
             return Verdict.DEADLOCK.exit_code
         if any(p.deadlock_possible for p in predictions) or run.fusion:
             return Verdict.DEFECT.exit_code
-        if partial:  # nothing found in what was there: not a clean bill
+        if partial or not all(p.exhaustive for p in predictions):
+            # nothing found in what was there, or in what the search could explore before
+            # its bound cut it: not a clean bill
             return Verdict.INCOMPLETE.exit_code
         return 0
 

@@ -202,6 +202,12 @@ class ExecutionGraph:
         return self._model.follows_peers()
 
     @cached_property
+    def follows_group_peers(self) -> bool:
+        """:attr:`follows_peers`, for wildcard receives on subgroups too."""
+        self.check()
+        return self._model.follows_group_peers()
+
+    @cached_property
     def resumed(self) -> frozenset[int]:
         self.check()
         return self._model.resumed()

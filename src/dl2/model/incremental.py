@@ -220,6 +220,11 @@ class Model:
         files = self._files
         return all(files[key].header.follows for key in self._ranks.values())
 
+    def follows_group_peers(self) -> bool:
+        """Whether they do so for wildcards on subgroups too (``Header.follows_groups``)."""
+        files = self._files
+        return all(files[key].header.follows_groups for key in self._ranks.values())
+
     def resumed(self) -> frozenset[int]:
         """The ranks whose trace starts at a checkpoint."""
         return frozenset(r for r in self._ranks if (m := self.rank_model(r)) and m.resumed)

@@ -34,6 +34,8 @@ from typing import Any
 from dl2.notice import notice
 from dl2.record import recorder as _recorder_mod
 from dl2.record.recorder import Recorder
+from dl2.record.source import SourceRank
+from dl2.record.source import via_of
 from dl2.record.stack import API
 from dl2.record.stack import USER
 from dl2.record.stack import capture
@@ -283,7 +285,32 @@ def _patch(state: _Installed, dist: Any) -> None:
             if gate is not None and gate.deferred:
                 gate.launch(tid)  # fused-batch emulation: issue the batch as one unit
 
+    def marked(original: Any) -> Any:
+        """``get_global_rank`` / ``get_group_rank``, keeping a wildcard sender's mark: on
+        a subgroup torch translates the sender ``recv(src=None, group=g)`` returns to a
+        global rank, and a peer the program names from it back to a group rank."""
+
+        @functools.wraps(original)
+        def translate(group: Any, rank: int) -> int:
+            found: int = original(group, rank)
+            via = via_of(rank)
+            if via is None or type(found) is not int:
+                return found
+            try:
+                return SourceRank(found, via)
+            except Exception:
+                return found
+
+        return translate
+
     destroy_process_group.__doc__ = original_destroy.__doc__
+    for name in ("get_global_rank", "get_group_rank"):
+        original = getattr(c10d, name, None)
+        if original is None:
+            continue
+        state.patch(c10d, name, marked(original))
+        if getattr(dist, name, None) is original:
+            state.patch(dist, name, getattr(c10d, name))
     state.patch(c10d, "_new_process_group_helper", _new_process_group_helper)
     state.patch(c10d, "_warn_not_in_group", _warn_not_in_group)
     state.patch(c10d, "destroy_process_group", destroy_process_group)

@@ -10,6 +10,10 @@ the two look alike: the recorder tells them apart by handing out the sender as a
 integer arithmetic that derives a peer from it (``+ - * // %``, and their mirrors), and
 by writing that id (``via``) in the record of a send or receive whose peer is one.
 
+On a subgroup torch translates the sender to a global rank (``get_global_rank``) and a
+peer named from it back to a group rank (``get_group_rank``): :mod:`dl2.record.install`
+wraps both to keep the mark.
+
 A ``SourceRank`` is equal to, hashes as, prints as and pickles as the plain int (an
 unpickled or JSON-written copy is a plain int): only ``type(x) is int`` sees it.
 """

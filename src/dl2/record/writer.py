@@ -132,6 +132,7 @@ class TraceWriter:
             segment=segment,
             retain=(self.segment_bytes, self.keep),
             follows=True,
+            follows_groups=True,
             child_of=self.child_of,
             run_id=os.environ.get(ENV_RUN_ID) or None,
             ppid=self.ppid,

@@ -281,6 +281,21 @@ def split_passes(buckets: Sequence[tuple[int, ...]]) -> list[int]:
     return [n] if n else []
 
 
+def _cyclic_sites(windows: Sequence[FusionWindow]) -> set[tuple[int, str, object]]:
+    """The (rank, group, line) fusion sites whose passes repeat one cycle of two or more
+    shapes, seen at least twice through (``A B A B``): a fixed order of several passes."""
+    shapes: dict[tuple[int, str, object], list[object]] = defaultdict(list)
+    for window in windows:
+        shapes[(window.rank, window.gid, window.site)].append(_shape(window.buckets))
+    found = set()
+    for site, seen in shapes.items():
+        for period in range(2, len(seen) // 2 + 1):
+            if all(seen[i] == seen[i - period] for i in range(period, len(seen))):
+                found.add(site)
+                break
+    return found
+
+
 def fusion_witnesses(graph: ExecutionGraph, *, assume: bool = False) -> list[FusionWitness]:
     """The fusion divergences of a run: those it proves (the same tensors fused differently
     at different steps of a rank), and with ``assume`` every window the model allows to
@@ -290,9 +305,14 @@ def fusion_witnesses(graph: ExecutionGraph, *, assume: bool = False) -> list[Fus
     for window in windows:
         by_key[(window.gid, window.site, _shape(window.buckets))].append(window)
     witnesses: list[FusionWitness] = []
-    # Proof: one rank, one line, the same tensors, fused two ways.
+    cyclic = _cyclic_sites(windows)
+    # Proof: one rank, one line, the same tensors, fused two ways (not in a fixed cycle:
+    # two modules whose tensors have the same sizes, fused in their own fixed orders
+    # at one line, alternate the same two shapes at every step, by no one's timing)
     variants: dict[tuple[object, ...], dict[tuple[object, ...], FusionWindow]] = defaultdict(dict)
     for window in windows:
+        if (window.rank, window.gid, window.site) in cyclic:
+            continue
         tensors = tuple(sorted(window.tensors))
         variants[(window.rank, window.gid, window.site, tensors)].setdefault(
             _shape(window.buckets), window

@@ -176,9 +176,11 @@ def build_program(graph: ExecutionGraph) -> Program:
         if following is None or following.peer != src:
             continue
         continues = following.op == "recv" and following.gid == op.gid
-        if graph.follows_peers and op.gid == _DEFAULT_GROUP and not continues:
+        marked = op.gid == _DEFAULT_GROUP or graph.follows_group_peers
+        if graph.follows_peers and marked and not continues:
             # no later peer came from its sender: the program names its own (on a
-            # subgroup torch hands the sender back through a dict, which drops the mark).
+            # subgroup, older recorders lost the mark in torch's translation to a global
+            # rank).
             # A receive from that sender next is read as the rest of its message (a
             # header that names its sender, then the payload): the program may have
             # read the sender from the data, which no mark follows

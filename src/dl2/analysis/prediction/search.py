@@ -44,9 +44,10 @@ Known gaps
     The op sequence of each rank is assumed not to depend on the configuration: a program
     that branches on received data (at a call site where it never follows the sender),
     or on the matched source in a way the pinning above does not catch (a sender
-    looked up in a table, ``peers[src]``; a wildcard on a subgroup, whose sender torch
-    translates through a dict, or an ``irecv`` whose work's sender the program never
-    asks), is replayed as recorded.
+    looked up in a table, ``peers[src]``, or cast, ``int(src)``; a subgroup's sender
+    translated by the program's own table rather than torch's ``get_global_rank`` /
+    ``get_group_rank``, which keep the mark; an ``irecv`` whose work's sender the
+    program never asks), is replayed as recorded.
     Ops of several threads of one rank are taken in file order.  Several outstanding
     eager sends to one peer do not share one buffer.  NCCL's stream order inside a
     communicator and the separate communicators of batched and single P2P ops are not

@@ -141,6 +141,8 @@ object::
              "keep": segments kept, the oldest deleted (0: all)}
     follows true when the writer marks with ``via`` every P2P op whose peer came from a
             wildcard receive's returned sender (absent: such ops are not told apart)
+    follows_groups true when it does so for a wildcard on a subgroup too, whose sender
+            torch translates to a global rank (absent: only on the default group)
     child_of the pid of the rank process this process descends from (a helper the rank
             started: a checkpointing process, an eval job); absent for a rank itself
     ppid    the pid of the process that started this one (a traced parent makes this

@@ -102,6 +102,9 @@ class Header(msgspec.Struct, frozen=True, kw_only=True, gc=False, tag_field="k",
     #: the recorder marks a P2P op whose peer came from a wildcard receive's returned
     #: sender (the op's ``via``): an op without one named its peer otherwise
     follows: bool = False
+    #: so is one whose peer came from a wildcard's sender on a subgroup (which torch
+    #: translates to a global rank: ``recv(src=None, group=g)``)
+    follows_groups: bool = False
     #: the pid of the rank process this process descends from (a helper it started,
     #: say a checkpointing process with a group of its own), or None: a rank itself
     child_of: int | None = None

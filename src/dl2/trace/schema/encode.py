@@ -125,13 +125,15 @@ def header_line(
     segment: int = 0,
     retain: tuple[int, int] | None = None,
     follows: bool = False,
+    follows_groups: bool = False,
     child_of: int | None = None,
     run_id: str | None = None,
     ppid: int | None = None,
 ) -> str:
     """The header line of a segment; ``emulate`` is ``(eager_bytes, fused_batches)``,
     ``retain`` is ``(segment_bytes, keep)``; ``follows``: P2P ops carry ``via`` (see
-    :class:`~dl2.trace.schema.decode.Header`).  Optional fields left None (or False)
+    :class:`~dl2.trace.schema.decode.Header`), ``follows_groups``: on subgroups
+    too.  Optional fields left None (or False)
     are not written."""
     record: dict[str, Any] = {
         "k": "header",
@@ -154,6 +156,8 @@ def header_line(
         record["argv"] = list(argv)
     if follows:
         record["follows"] = True
+    if follows_groups:
+        record["follows_groups"] = True
     if child_of is not None:
         record["child_of"] = child_of
     if run_id is not None:

@@ -651,3 +651,94 @@ def test_a_foreign_launchers_rank_that_raised_is_failed_not_exited(tmp_path, mon
     # THEN only the rank that ended cleanly exited; Python exits with status 1 after an
     # uncaught exception
     assert monitor.process_states() == {0: "failed", 1: "exited", 2: "failed"}
+
+
+@pytest.mark.parametrize("launched_by_dl2", [True, False])
+def test_a_rank_still_starting_keeps_the_others_wait_from_the_hang_timeout(
+    tmp_path, launched_by_dl2, alive
+):
+    # GIVEN ranks 0 and 1 blocked creating the world group, rank 2 alive but still in its
+    # own code before init_process_group (no trace yet: a slow download, an import)
+    r0, r1, _ = ranks(3)
+    for r in (r0, r1):
+        r.create_group("0", [0, 1, 2], line=5, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(3), []
+    job.ranked = launched_by_dl2  # dl2 knows rank 2's process only when it started it
+    if not launched_by_dl2:
+        job.poll = lambda: {-1: None}  # type: ignore[method-assign]
+    monitor = make_monitor(run_dir, job, notices, hang_timeout=0.1)
+    # WHEN the monitor polls past the hang timeout
+    outcome = steps(monitor, 30)
+    # THEN a rank dl2 knows alive is running its own code: the job runs on; a rank it
+    # cannot see is left out, as before
+    if launched_by_dl2:
+        assert outcome is None and job.stops == 0
+    else:
+        assert outcome is not None and outcome.reason == "hang-timeout"
+
+
+def test_a_launcher_that_exited_0_vouches_for_ranks_gone_without_an_end(tmp_path, monkeypatch):
+    # GIVEN torchrun (a foreign launcher) exited 0 after its ranks ended with os._exit(0):
+    # no end record, no exit status dl2 could see
+    monkeypatch.setattr(monitor_mod, "process_alive", lambda pid: False)
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 5)
+    r1.call("all_reduce", 5)
+    r1.end(err="ValueError: bad batch", line=9)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job = FakeJob(1)
+    job.ranked = False
+    job.poll = lambda: {-1: 0}  # type: ignore[method-assign]
+    monitor = make_monitor(run_dir, job, [])
+    monitor.tailer.refresh()
+    # THEN the rank gone without an end exited; the one that raised still failed
+    assert monitor.process_states() == {0: "exited", 1: "failed"}
+    job.poll = lambda: {-1: 1}  # type: ignore[method-assign]
+    assert monitor.process_states() == {0: "failed", 1: "failed"}
+
+
+@pytest.mark.parametrize("left_running", [True, False])
+def test_ranks_a_launcher_left_behind_when_it_exited_are_still_followed(
+    tmp_path, monkeypatch, left_running
+):
+    # GIVEN a launcher that exited 0 at once (it starts its ranks and leaves) whose
+    # ranks, blocked in a send/send, still run (or ended)
+    monkeypatch.setattr(monitor_mod, "process_alive", lambda pid: left_running)
+    r0, r1 = ranks(2)
+    r0.call("send", 17, peer=1, complete=False)
+    r1.call("send", 17, peer=0, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(1), []
+    job.ranked = False
+    job.codes = {-1: 0}
+    monitor = make_monitor(run_dir, job, notices)
+    outcome = steps(monitor, 30)
+    # THEN ranks left running are followed (the deadlock is proven and they are
+    # stopped); ranks gone end the run
+    if left_running:
+        assert outcome.reason == "deadlock" and job.stops == 1, notices
+        assert any("still run" in n for n in notices), notices
+    else:
+        assert outcome.reason == "finished" and job.stops == 0
+
+
+def test_ranks_a_killed_launcher_left_behind_are_stopped_and_read_as_ended_from_outside(
+    tmp_path, monkeypatch
+):
+    # GIVEN `timeout -s KILL ... torchrun`: the launcher killed (status -9), its ranks
+    # left running: rank 0 blocked in a barrier, rank 1 in its own code
+    monkeypatch.setattr(monitor_mod, "process_alive", lambda pid: True)
+    monkeypatch.setattr(monitor_mod, "FAILED_GRACE_S", 0.05)
+    r0, r1 = ranks(2)
+    r0.call("barrier", 12, complete=False)
+    r1.call("barrier", 12)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(1), []
+    job.ranked = False
+    job.codes = {-1: -9}
+    monitor = make_monitor(run_dir, job, notices)
+    outcome = steps(monitor, 30)
+    # THEN dl2 stops the ranks left behind and says why
+    assert outcome.reason == "interrupted" and job.stops == 1
+    assert outcome.stop_note.startswith("the launched command ended (signal 9) while ranks 0")

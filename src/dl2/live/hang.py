@@ -30,13 +30,16 @@ def all_stuck(snapshot: Snapshot, states: Mapping[int, str]) -> bool:
 
     For the hang timeout every such rank counts as stuck: blocked, spinning, or matched
     by the model but never returning (gloo may have paired it otherwise, e.g. groups
-    created in different orders).
+    created in different orders).  A rank known to be alive (dl2 launched it) that has
+    no trace yet is in its own code before ``init_process_group`` (a slow start, a
+    download): not stuck.  One that is not known (another launcher's) is left out.
     """
     timelines = snapshot.graph.timelines
     return all(
         rank in timelines and timelines[rank].blocked is not None
         for rank, node in snapshot.wfg.nodes.items()
-        if states.get(rank, ALIVE) == ALIVE and node.status is not RankStatus.NO_TRACE
+        if states.get(rank, ALIVE) == ALIVE
+        and (node.status is not RankStatus.NO_TRACE or states.get(rank) == ALIVE)
     )
 
 

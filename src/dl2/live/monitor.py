@@ -212,6 +212,7 @@ class Monitor:
         self._degraded: str | None = None
         self._failed_at: float | None = None
         self._confirm_soon = False
+        self._behind_noted = False  # ranks outlived the launched command: said once
 
     # -- process states ---------------------------------------------------------------
     def process_states(self) -> dict[int, str]:
@@ -227,13 +228,34 @@ class Monitor:
             return states
         # ended cleanly: an ``end`` record without an uncaught exception (Python exits
         # with status 1 after one)
-        ended = self.tailer.ended() - self.tailer.raised()
+        raised = self.tailer.raised()
+        ended = self.tailer.ended() - raised
+        if self._launcher_succeeded():
+            # torchrun and mp.spawn exit 0 only when every rank did: a rank gone without
+            # an end record left by os._exit(0), not by a crash
+            ended = set(self.tailer.pids()) - raised
         for rank, pid in self.tailer.pids().items():
             if rank in self._alive_at_stop or process_alive(pid):
                 states[rank] = ALIVE
             else:
                 states[rank] = EXITED if rank in ended else FAILED
         return states
+
+    def _left_behind(self, local: Mapping[int, str]) -> list[int]:
+        """Traced ranks of this host still alive once the command dl2 launched ended."""
+        if self.job.ranked:
+            return []
+        return sorted(r for r, s in local.items() if s == ALIVE and r not in self._alive_at_stop)
+
+    def _launcher_succeeded(self) -> bool:
+        """The command dl2 launched (a launcher of the ranks) ended by itself with 0."""
+        if self.job.stopped_by_dl2:
+            return False
+        try:
+            codes = self.job.poll()
+        except Exception:
+            return False
+        return bool(codes) and all(code == 0 for code in codes.values())
 
     def all_states(self, local: Mapping[int, str] | None = None) -> dict[int, str]:
         """Every rank's state: the other nodes' as they pushed them, this node's own."""
@@ -326,7 +348,31 @@ class Monitor:
         self.nodes.sync(local)
         self._note_progress(now)
         if finished:
-            return self._final("finished")
+            behind = self._left_behind(self.process_states())  # the files now read
+            if not behind:
+                return self._final("finished")
+            code = self.job.exit_code()
+            if code != 0:
+                # the launcher was killed (SIGKILL leaves its ranks behind) or failed:
+                # the job was ended from outside; its ranks get the grace a failed
+                # rank's peers get to end on their own, then are stopped
+                if self._failed_at is None:
+                    self._failed_at = now
+                if now - self._failed_at < FAILED_GRACE_S:
+                    return None
+                self.stop_job()
+                status = f"signal {-code}" if code < 0 else f"status {code}"
+                return self._final(
+                    "interrupted",
+                    f"the launched command ended ({status}) while {ranks_text(behind)} "
+                    "still ran: dl2 stopped them",
+                )
+            if not self._behind_noted:  # a launcher that exits first: followed
+                self._behind_noted = True
+                self.notice(
+                    f"the launched command ended, but {ranks_text(behind)} still run: "
+                    "following them"
+                )
         followed = self._follow_remote()
         if followed is not None:
             return followed

@@ -284,6 +284,19 @@ def ranks(world: int, file: str = "train.py") -> list[RankBuilder]:
     return [RankBuilder(r, world, file) for r in range(world)]
 
 
+def two_sender_wildcards(count: int = 6) -> list[RankBuilder]:
+    """Rank 0 receives ``count`` messages from any rank, ranks 1 and 2 in turn, which
+    send half of them each: many matches to explore, none of which deadlocks (ended)."""
+    r0, r1, r2 = ranks(3)
+    for i in range(count):
+        work = r0.issue("recv", 10, peer=None)
+        r0.wait(work, src=1 + i % 2)
+    for r in (r1, r2):
+        for _ in range(count // 2):
+            r.call("send", 20, peer=0)
+    return [r.end() for r in (r0, r1, r2)]
+
+
 #: called with every session the builders make (:func:`session`, :func:`write_run_dir`):
 #: the unit tests' conftest checks the incremental model on each (``model_agreement``)
 OBSERVERS: list[Callable[[Session], None]] = []

@@ -12,6 +12,7 @@ from dl2.trace.schema import NO_RANK
 from dl2.trace.session import ALIVE
 from dl2.trace.session import EXITED
 from dl2.trace.session import FAILED
+from dl2.trace.session import KILLED
 from dl2.trace.session import Session
 from trace_builders import ranks
 from trace_builders import session
@@ -358,6 +359,46 @@ def test_a_deadlock_that_the_timeouts_broke_is_still_a_deadlock():
     assert sorted((o.rank, o.line) for o in deadlock.ops) == [(0, 17), (1, 19)]
     assert "until their timeouts ended the job" in deadlock.message
     assert FindingKind.ORPHANED_WAIT not in kinds(report)
+
+
+CLOSED = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:4242"
+
+
+@pytest.mark.parametrize("ending", ["kill", "one-timeout"])
+def test_a_deadlock_a_kill_or_one_sides_timeout_broke_is_still_a_deadlock(ending):
+    # GIVEN send/send, ended either by a SIGKILL of rank 0 inside its send (rank 1's
+    # send then fails on the closed connection), or by rank 0's send raising on its own
+    # short timeout and exiting (rank 1's then fails the same way)
+    r0, r1 = ranks(2)
+    if ending == "kill":
+        r0.call("send", 16, peer=1, complete=False)
+        states = {0: KILLED, 1: FAILED}
+    else:
+        timed_out = "RuntimeError: Timed out waiting 4000ms for send operation to complete"
+        r0.wait(r0.issue("send", 16, peer=1), err=timed_out)
+        r0.end(err=timed_out, line=16)
+        states = {0: FAILED, 1: FAILED}
+    r1.wait(r1.issue("send", 18, peer=0), err=CLOSED)
+    r1.end(err=CLOSED, line=18)
+    report = analyze(session([r0, r1], states=states))
+    # THEN the cycle they sat in is named, not the ending's consequences
+    assert report.verdict is Verdict.DEADLOCK, report.findings
+    deadlock = report.findings[0]
+    assert deadlock.kind is FindingKind.DEADLOCK and deadlock.cycle == (0, 1)
+    assert sorted((o.rank, o.line) for o in deadlock.ops) == [(0, 16), (1, 18)]
+    assert "until the job's end broke the cycle" in deadlock.message
+    assert ("rank 0 killed by a signal" in deadlock.message) is (ending == "kill")
+    assert FindingKind.ORPHANED_WAIT not in kinds(report)
+
+
+def test_a_wait_orphaned_by_a_rank_killed_outside_communication_stays_orphaned():
+    # GIVEN rank 1 killed while in its own code; rank 0's recv then failed
+    r0, r1 = ranks(2)
+    r0.wait(r0.issue("recv", 10, peer=1), err=CLOSED)
+    r1.call("all_reduce", 20, gid="0", count=1, complete=True)
+    report = analyze(session([r0, r1], states={0: FAILED, 1: KILLED}))
+    # THEN no deadlock: rank 1 waited on nothing
+    assert FindingKind.DEADLOCK not in kinds(report), report.findings
 
 
 def test_a_call_that_timed_out_after_its_peer_issued_it_too_is_no_hang():

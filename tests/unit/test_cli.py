@@ -273,18 +273,11 @@ def test_predict_of_a_run_with_a_rank_missing_is_not_a_clean_bill(tmp_path, caps
 
 
 def test_predict_cut_short_by_its_bound_is_not_a_clean_bill(tmp_path, capsys):
-    from trace_builders import ranks
+    from trace_builders import two_sender_wildcards
     from trace_builders import write_run_dir
 
     # GIVEN many wildcard receives with two possible senders each, and no deadlock
-    r0, r1, r2 = ranks(3)
-    for i in range(6):
-        work = r0.issue("recv", 10, peer=None)
-        r0.wait(work, src=1 + i % 2)
-    for r in (r1, r2):
-        for _ in range(3):
-            r.call("send", 20, peer=0)
-    run = write_run_dir([r.end() for r in (r0, r1, r2)], tmp_path / "run")
+    run = write_run_dir(two_sender_wildcards(), tmp_path / "run")
     # THEN a search that explored all of it is clean (0); one its bound cut is not (5)
     assert main(["predict", str(run)]) == 0
     assert main(["predict", "--max-states", "5", str(run)]) == 5

@@ -32,6 +32,7 @@ from dl2.units import parse_size
 from trace_builders import RankBuilder
 from trace_builders import ranks
 from trace_builders import session
+from trace_builders import two_sender_wildcards
 from trace_builders import write_run_dir
 
 #: Every configuration a correct program must stay clean under.
@@ -613,14 +614,7 @@ def test_a_trace_the_model_cannot_replay_predicts_nothing():
 
 def test_search_bound():
     # GIVEN many wildcard receives with two possible senders each
-    r0, r1, r2 = ranks(3)
-    for i in range(6):
-        w = r0.issue("recv", 10, peer=None)
-        r0.wait(w, src=1 + i % 2)
-    for r in (r1, r2):
-        for _ in range(3):
-            r.call("send", 20, peer=0)
-    graph = graph_of(ended([r0, r1, r2]))
+    graph = graph_of(two_sender_wildcards())
     # WHEN the search may run only 5 states
     prediction = predict(graph, GLOO, max_states=5)
     # THEN it says it stopped; with room it explores every match and finds no deadlock

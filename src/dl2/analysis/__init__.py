@@ -92,8 +92,8 @@ def _fusion(context: Context) -> list[Finding]:
 #: name -> analysis; each takes the shared context and returns its findings.
 ANALYSES: dict[str, Callable[[Context], list[Finding]]] = {
     "deadlock": lambda c: deadlock_findings(c.graph, c.wait_for),
-    # a deadlock the job's own timeouts broke (the ops raised "Timed out")
-    "timed-out-deadlock": lambda c: timed_out_deadlock_findings(c.graph),
+    # a deadlock the job's end broke (its timeouts, a kill from outside)
+    "timed-out-deadlock": lambda c: timed_out_deadlock_findings(c.graph, c.wait_for),
     "hang": lambda c: hang_findings(
         c.graph, c.wait_for, c.session.ending, c.ended_outside, c.quiet
     ),

@@ -388,6 +388,32 @@ def timed_out_waits(graph: ExecutionGraph) -> dict[int, tuple[Op, Clause]]:
     return found
 
 
+def broken_waits(graph: ExecutionGraph, wfg: WaitForGraph) -> dict[int, tuple[Op, Clause]]:
+    """Per rank, the wait the job's end broke, with what it waited for: its first op that
+    raised on its timeout or on a peer's closed connection, or, for a rank killed by a
+    signal from outside, the call it was blocked in."""
+    found: dict[int, tuple[Op, Clause]] = {}
+    for rank in sorted(graph.timelines):
+        for op in graph.failed_ops(rank):
+            lowered = (op.error or "").lower()
+            if op.completed or not any(text in lowered for text in _PEER_ERRORS):
+                continue
+            clause = clause_for(graph, op)
+            if clause is not None and clause.reason != "mismatch" and clause.targets:
+                found[rank] = (op, clause)
+            break
+    for rank, timeline in graph.timelines.items():
+        blocked = timeline.blocked
+        if rank in found or blocked is None or wfg.status(rank) is not RankStatus.KILLED:
+            continue
+        for op in blocked.ops:
+            clause = clause_for(graph, op)
+            if clause is not None and clause.reason != "mismatch" and clause.targets:
+                found[rank] = (op, clause)
+                break
+    return found
+
+
 def timed_out_deadlock(waits: dict[int, tuple[Op, Clause]]) -> frozenset[int]:
     """The ranks whose timed-out ops could never have completed: the graph reduction
     (:func:`~dl2.model.stuck.deadlock_set`) of their clauses, every rank outside them
@@ -412,25 +438,34 @@ def waiting_parts(ops: Sequence[Op], limit: int) -> list[str]:
     return parts
 
 
-def timed_out_deadlock_findings(graph: ExecutionGraph) -> list[Finding]:
-    """A deadlock the job's timeouts broke: ranks whose calls raised on their timeout
-    while each waited only on others of them (recv/recv, crossed collectives), read
-    from the traces after the fact (``--on-deadlock wait``, ``dl2 analyze``)."""
-    waits = timed_out_waits(graph)
+def timed_out_deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
+    """A deadlock the job's end broke: ranks whose calls raised on their timeout (or on
+    the closed connection of a peer whose own call had) or were killed from outside
+    inside them, while each waited only on others of them (recv/recv, crossed
+    collectives), read from the traces after the fact (``--on-deadlock wait``, a job
+    whose threads kept dl2 from proving it live, ``dl2 analyze``)."""
+    waits = broken_waits(graph, wfg)
     members = timed_out_deadlock(waits)
     if not members:
         return []
     cycle, shown = cycle_order({r: waits[r][1].targets for r in members})
     ops = [waits[r][0] for r in shown]
     parts = waiting_parts(ops, 4)
+    if all(timed_out(waits[r][0]) for r in members):
+        ended = "until their timeouts ended the job"
+    else:
+        killed = [r for r in sorted(members) if wfg.status(r) is RankStatus.KILLED]
+        how = f" ({rank_list(killed)} killed by a signal from outside)" if killed else ""
+        ended = f"until the job's end broke the cycle{how}"
+    error = next((o.error for o in ops if o.error), None)
     return [
         Finding(
             kind=FindingKind.DEADLOCK,
             ranks=tuple(sorted(members)),
             ops=tuple(op_ref(o) for o in ops),
             message=(
-                f"{rank_list(sorted(members)).capitalize()} waited on each other until their "
-                f"timeouts ended the job: {'; '.join(parts)}. {ops[0].error}"
+                f"{rank_list(sorted(members)).capitalize()} waited on each other {ended}: "
+                f"{'; '.join(parts)}." + (f" {error}" if error else "")
             ),
             hint=_hint(ops, []),
             cycle=cycle,
@@ -447,7 +482,7 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
     deadlock the timeouts broke are the deadlock's (:func:`timed_out_deadlock_findings`).
     """
     findings: list[Finding] = []
-    in_timed_out_deadlock = timed_out_deadlock(timed_out_waits(graph))
+    in_timed_out_deadlock = timed_out_deadlock(broken_waits(graph, wfg))
     for rank in sorted(graph.timelines):
         if rank in wfg.deadlocked or rank in in_timed_out_deadlock:
             continue

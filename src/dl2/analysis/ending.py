@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from dl2.analysis.deadlock import WHERE_TEXT
+from dl2.analysis.deadlock import broken_waits
 from dl2.analysis.deadlock import cycle_order
 from dl2.analysis.deadlock import suspect_stack
 from dl2.analysis.deadlock import suspect_where
@@ -386,7 +387,7 @@ def timeout_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
     group of ranks waited on, naming where those ranks were."""
     groups: dict[tuple[int, ...], list[Op]] = {}
     waits = timed_out_waits(graph)
-    in_deadlock = timed_out_deadlock(waits)  # timed_out_deadlock_findings' own
+    in_deadlock = timed_out_deadlock(broken_waits(graph, wfg))  # timed_out_deadlock_findings
     for rank, (op, clause) in waits.items():
         if rank in wfg.deadlocked or rank in in_deadlock:
             continue

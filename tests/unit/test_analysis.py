@@ -401,6 +401,26 @@ def test_a_wait_orphaned_by_a_rank_killed_outside_communication_stays_orphaned()
     assert FindingKind.DEADLOCK not in kinds(report), report.findings
 
 
+def test_a_timeout_on_a_rank_its_launcher_ended_afterwards_is_a_hang():
+    # GIVEN mp.spawn: ranks 0 and 2 raised on their timeout in all_reduce #1 while rank 1
+    # ran its own code; mp.spawn then ended rank 1 (no end record, no error of its own)
+    r0, r1, r2 = ranks(3)
+    timed_out = "RuntimeError: Timed out waiting 5000ms for recv operation to complete"
+    for r in (r0, r1, r2):
+        r.call("all_reduce", 12, count=4)
+    r1.state([], "python", [("train.py", 11, "spin")])  # its watchdog's last word
+    for r in (r0, r2):
+        r.wait(r.issue("all_reduce", 13, count=4), err=timed_out)
+        r.end(err=timed_out, line=13)
+    report = analyze(session([r0, r1, r2], states={0: FAILED, 1: FAILED, 2: FAILED}))
+    # THEN the job hung on rank 1 until the timeout: not a rank 1 that left early
+    assert report.verdict is Verdict.HANG, report.findings
+    hang = report.findings[0]
+    assert hang.kind is FindingKind.HANG
+    assert "timed out waiting on rank 1 (running Python code at train.py:11" in hang.message
+    assert FindingKind.ORPHANED_WAIT not in kinds(report)
+
+
 def test_a_call_that_timed_out_after_its_peer_issued_it_too_is_no_hang():
     # GIVEN both ranks issued the all_reduce; rank 0's raised on its timeout anyway
     r0, r1 = ranks(2)

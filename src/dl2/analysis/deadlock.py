@@ -495,6 +495,8 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
                 # aborts on a size it did not expect); the mismatch finding says it
                 continue
             gone = [t for t in clause.targets if wfg.status(t).gone]
+            if timed_out(op):  # those alive at the timeout were ended after it: a hang
+                gone = [t for t in gone if not silently_gone(graph, t)]
             if not gone:
                 continue
             states = _gone_states(graph, wfg, gone)
@@ -516,6 +518,16 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
             )
             break
     return findings
+
+
+def silently_gone(graph: ExecutionGraph, rank: int) -> bool:
+    """A rank whose process went without a trace of why: no ``end`` record, no call of
+    its own that failed.  A call that raised on its timeout while waiting on it found
+    it alive (a dead peer closes the connection: the call fails on that instead), so it
+    was ended after the timeout, by the launcher that saw a rank fail (``mp.spawn``,
+    torchrun): the job hung until then."""
+    timeline = graph.timelines.get(rank)
+    return timeline is not None and timeline.ended is None and not graph.failed_ops(rank)
 
 
 #: errors of a call that come from its peers or from waiting, not from the call itself

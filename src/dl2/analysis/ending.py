@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dl2.analysis.deadlock import WHERE_TEXT
 from dl2.analysis.deadlock import broken_waits
 from dl2.analysis.deadlock import cycle_order
+from dl2.analysis.deadlock import silently_gone
 from dl2.analysis.deadlock import suspect_stack
 from dl2.analysis.deadlock import suspect_where
 from dl2.analysis.deadlock import timed_out_deadlock
@@ -391,7 +392,9 @@ def timeout_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
     for rank, (op, clause) in waits.items():
         if rank in wfg.deadlocked or rank in in_deadlock:
             continue
-        alive = tuple(t for t in clause.targets if not wfg.status(t).gone)
+        alive = tuple(
+            t for t in clause.targets if not wfg.status(t).gone or silently_gone(graph, t)
+        )
         if alive:
             groups.setdefault(alive, []).append(op)
     findings = []

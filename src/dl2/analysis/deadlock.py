@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import replace
@@ -374,41 +375,55 @@ def timed_out(op: Op) -> bool:
     return not op.completed and any(text in lowered for text in TIMEOUT_ERRORS)
 
 
-def timed_out_waits(graph: ExecutionGraph) -> dict[int, tuple[Op, Clause]]:
-    """Per rank, its first op that raised on its timeout while waiting on others, with
-    what it waited for (its clause in the final state)."""
+def _waited_on(graph: ExecutionGraph, op: Op) -> Clause | None:
+    """What ``op`` waited for in the final state (ranks that never issued its match),
+    or None (matched, or a mismatch)."""
+    clause = clause_for(graph, op)
+    if clause is not None and clause.reason != "mismatch" and clause.targets:
+        return clause
+    return None
+
+
+def _first_failed_waits(
+    graph: ExecutionGraph, broke: Callable[[Op], bool]
+) -> dict[int, tuple[Op, Clause]]:
+    """Per rank, its first op that failed as ``broke(op)`` says, with what it waited for
+    (a rank whose first such op waited on nobody is left out)."""
     found: dict[int, tuple[Op, Clause]] = {}
     for rank in sorted(graph.timelines):
         for op in graph.failed_ops(rank):
-            if timed_out(op):
-                clause = clause_for(graph, op)
-                if clause is not None and clause.reason != "mismatch" and clause.targets:
+            if broke(op):
+                clause = _waited_on(graph, op)
+                if clause is not None:
                     found[rank] = (op, clause)
                 break
     return found
+
+
+def timed_out_waits(graph: ExecutionGraph) -> dict[int, tuple[Op, Clause]]:
+    """Per rank, its first op that raised on its timeout while waiting on others, with
+    what it waited for (its clause in the final state)."""
+    return _first_failed_waits(graph, timed_out)
+
+
+def _peer_failed(op: Op) -> bool:
+    """The op raised on its timeout or on a peer's closed connection."""
+    lowered = (op.error or "").lower()
+    return not op.completed and any(text in lowered for text in _PEER_ERRORS)
 
 
 def broken_waits(graph: ExecutionGraph, wfg: WaitForGraph) -> dict[int, tuple[Op, Clause]]:
     """Per rank, the wait the job's end broke, with what it waited for: its first op that
     raised on its timeout or on a peer's closed connection, or, for a rank killed by a
     signal from outside, the call it was blocked in."""
-    found: dict[int, tuple[Op, Clause]] = {}
-    for rank in sorted(graph.timelines):
-        for op in graph.failed_ops(rank):
-            lowered = (op.error or "").lower()
-            if op.completed or not any(text in lowered for text in _PEER_ERRORS):
-                continue
-            clause = clause_for(graph, op)
-            if clause is not None and clause.reason != "mismatch" and clause.targets:
-                found[rank] = (op, clause)
-            break
+    found = _first_failed_waits(graph, _peer_failed)
     for rank, timeline in graph.timelines.items():
         blocked = timeline.blocked
         if rank in found or blocked is None or wfg.status(rank) is not RankStatus.KILLED:
             continue
         for op in blocked.ops:
-            clause = clause_for(graph, op)
-            if clause is not None and clause.reason != "mismatch" and clause.targets:
+            clause = _waited_on(graph, op)
+            if clause is not None:
                 found[rank] = (op, clause)
                 break
     return found

@@ -102,6 +102,18 @@ def test_a_run_that_fused_differently_at_two_steps_proves_it() -> None:
     assert witness.observed
 
 
+def test_passes_in_a_fixed_cycle_are_static_buckets_not_a_proof() -> None:
+    # GIVEN two modules with tensors of the same sizes, each fused in its own fixed order
+    # at one line (5+5|6, then 6|5+5), at each of two steps
+    encoder, decoder = [[5, 5], [6]], [[6], [5, 5]]
+    builders = fused_run(encoder, decoder, encoder, decoder)
+    # THEN "the same tensors fused two ways" is their sizes alike, not a ready order
+    assert fusion_witnesses(graph_of(builders)) == []
+    assert analyze(session(builders)).verdict is Verdict.OK
+    # AND the same two shapes in no cycle (A B B A) still prove it
+    assert fusion_witnesses(graph_of(fused_run(encoder, decoder, decoder, encoder)))
+
+
 def test_ranks_that_fused_other_tensors_of_the_same_total_mismatch() -> None:
     # GIVEN rank 0 fused [64+1024] while rank 1 fused [256+832]: same total, other tensors
     builders = fused_run(per_rank=[[[64, 1024]], [[256, 832]]])

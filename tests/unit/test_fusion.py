@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dl2.analysis import analyze
 from dl2.analysis.prediction.fusion import FusionWindow
 from dl2.analysis.prediction.fusion import alternative_fusion
@@ -9,6 +11,7 @@ from dl2.analysis.prediction.fusion import fuse
 from dl2.analysis.prediction.fusion import fusion_findings
 from dl2.analysis.prediction.fusion import fusion_windows
 from dl2.analysis.prediction.fusion import fusion_witnesses
+from dl2.analysis.prediction.fusion import smallest_period
 from dl2.analysis.prediction.fusion import split_passes
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
@@ -112,6 +115,24 @@ def test_passes_in_a_fixed_cycle_are_static_buckets_not_a_proof() -> None:
     assert analyze(session(builders)).verdict is Verdict.OK
     # AND the same two shapes in no cycle (A B B A) still prove it
     assert fusion_witnesses(graph_of(fused_run(encoder, decoder, decoder, encoder)))
+
+
+@pytest.mark.parametrize(
+    ("seen", "period"),
+    [
+        ("", 0),
+        ("a", 1),
+        ("aaaa", 1),
+        ("abab", 2),
+        ("ababa", 2),
+        ("abcab", 3),
+        ("abba", 3),
+        ("aaab", 4),
+        ("a" * 99_999 + "b", 100_000),
+    ],
+)
+def test_thesmallest_period_of_a_sites_passes(seen: str, period: int) -> None:
+    assert smallest_period(list(seen)) == period
 
 
 def test_ranks_that_fused_other_tensors_of_the_same_total_mismatch() -> None:

@@ -87,10 +87,8 @@ def cut_off_ranks(session: Session, graph: ExecutionGraph) -> frozenset[int]:
         # launcher that kills the others then (torchrun, mp.spawn) reacts to that rank
         return frozenset()
     silent = frozenset(rank for rank, state in states.items() if state in ENDED_BADLY)
-    if any(timelines[rank].ended is not None for rank in silent):
-        return frozenset()  # it ended its program, then failed: on its own
-    if not silent or any(graph.failed_ops(rank) for rank in silent):
-        return frozenset()
+    if not silent or not all(silently_gone(graph, rank) for rank in silent):
+        return frozenset()  # it ended its program, or an op of it raised: on its own
     if {states[rank] for rank in silent} >= {KILLED, FAILED}:
         return frozenset()  # the signals are known: one rank crashed, the others were killed
     return silent

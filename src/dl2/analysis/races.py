@@ -20,7 +20,9 @@ most :data:`MAX_VISITS` ops of the timelines (the model's window) for causality.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Sequence
 from itertools import combinations
 
 from dl2.analysis.describe import op_ref
@@ -81,9 +83,10 @@ def _after(graph: ExecutionGraph, send: Op, recv: Op) -> bool:
     tells rank 2, which sends): what happened before a message or a collective's
     completion happened before everything its receivers did after it.
 
-    Each rank is read from the first of its ops known to come after ``recv``; at most
-    :data:`MAX_VISITS` ops are read, past which only the send's own rank's direct links
-    count (:func:`_one_hop_after`).
+    Each rank is read from the first of its ops known to come after ``recv`` (found by
+    bisection), and each collective slot releases its members once; at most
+    :data:`MAX_VISITS` ops are read or released, past which only the send's own rank's
+    direct links count (:func:`_one_hop_after`).
     """
     if graph.timelines.get(send.rank) is None:
         return False
@@ -92,6 +95,7 @@ def _after(graph: ExecutionGraph, send: Op, recv: Op) -> bool:
         return False
     reach: dict[int, int] = {recv.rank: start}  # rank -> its first op after recv completed
     scanned: dict[int, int] = {}  # rank -> the first op index already read from
+    released_slots: set[tuple[str, int]] = set()  # a slot releases its members once
     queue = [recv.rank]
     visits = 0
     while queue:
@@ -101,30 +105,37 @@ def _after(graph: ExecutionGraph, send: Op, recv: Op) -> bool:
         if timeline is None or (end is not None and begin >= end):
             continue
         scanned[rank] = begin
-        for op in timeline.ops:
-            if op.index < begin:
-                continue
+        ops = timeline.ops
+        for i in range(bisect_left(ops, begin, key=_index), len(ops)):
+            op = ops[i]
             if end is not None and op.index >= end:
                 break
             visits += 1
-            if visits > MAX_VISITS:
-                return _one_hop_after(graph, send, recv)
             if op.error is not None:
                 continue
+            released: Sequence[Op] = ()
             if op.op == "send":
                 partner = graph.p2p_partner.get(op_key(op))
-                released = [partner] if partner is not None else []
+                released = (partner,) if partner is not None else ()
             elif op.kind == "collective":
-                slot = graph.slot_of(op)
-                released = list(slot.ops.values()) if slot is not None else []
-            else:
-                continue
+                where = graph.collective_slot.get(op_key(op))
+                if where is not None and where not in released_slots:
+                    released_slots.add(where)
+                    slot = graph.slot_at(*where)
+                    released = tuple(slot.ops.values()) if slot is not None else ()
+            visits += len(released)
+            if visits > MAX_VISITS:
+                return _one_hop_after(graph, send, recv)
             for other in released:
                 at = wait_position(other)
                 if at is not None and at < reach.get(other.rank, at + 1):
                     reach[other.rank] = at
                     queue.append(other.rank)
     return send.index >= reach.get(send.rank, send.index + 1)
+
+
+def _index(op: Op) -> int:
+    return op.index
 
 
 def _one_hop_after(graph: ExecutionGraph, send: Op, recv: Op) -> bool:

@@ -35,12 +35,18 @@ def all_stuck(snapshot: Snapshot, states: Mapping[int, str]) -> bool:
     download): not stuck.  One that is not known (another launcher's) is left out.
     """
     timelines = snapshot.graph.timelines
-    return all(
-        rank in timelines and timelines[rank].blocked is not None
-        for rank, node in snapshot.wfg.nodes.items()
-        if states.get(rank, ALIVE) == ALIVE
-        and (node.status is not RankStatus.NO_TRACE or states.get(rank) == ALIVE)
-    )
+    for rank, node in snapshot.wfg.nodes.items():
+        state = states.get(rank)  # None: not known
+        if state not in (None, ALIVE):
+            continue  # ended
+        if node.status is RankStatus.NO_TRACE:
+            if state == ALIVE:
+                return False
+            continue
+        timeline = timelines.get(rank)
+        if timeline is None or timeline.blocked is None:
+            return False
+    return True
 
 
 class HangSuspects:

@@ -289,11 +289,25 @@ def _cyclic_sites(windows: Sequence[FusionWindow]) -> set[tuple[int, str, object
         shapes[(window.rank, window.gid, window.site)].append(_shape(window.buckets))
     found = set()
     for site, seen in shapes.items():
-        for period in range(2, len(seen) // 2 + 1):
-            if all(seen[i] == seen[i - period] for i in range(period, len(seen))):
-                found.add(site)
-                break
+        period = smallest_period(seen)
+        # a cycle of one shape is a cycle of two as well (A A A A): no variants there
+        if len(seen) >= 2 * max(period, 2):
+            found.add(site)
     return found
+
+
+def smallest_period(seen: Sequence[object]) -> int:
+    """The smallest p with ``seen[i] == seen[i - p]`` for every i >= p, in one pass (the
+    prefix function of string matching: a history of 10^5 passes costs 10^5 steps)."""
+    border = [0] * len(seen)  # longest proper prefix of seen[:i + 1] that is also a suffix
+    for i in range(1, len(seen)):
+        k = border[i - 1]
+        while k and seen[i] != seen[k]:
+            k = border[k - 1]
+        if seen[i] == seen[k]:
+            k += 1
+        border[i] = k
+    return len(seen) - border[-1] if seen else 0
 
 
 def fusion_witnesses(graph: ExecutionGraph, *, assume: bool = False) -> list[FusionWitness]:

@@ -11,8 +11,9 @@ import re
 from pathlib import Path
 
 import pytest
-from test_online import _free_port
 from test_online import dl2_run
+
+from ports import free_port
 
 CASES = Path(__file__).resolve().parents[2] / "benchmarks" / "cases"
 CASE = CASES / "rank_exit__uncaught_exception.py"
@@ -52,7 +53,7 @@ def test_the_exception_of_a_spawn_worker_is_named_with_its_line(
 ) -> None:
     # GIVEN mp.spawn workers, one of which raises: torch catches the exception in the
     # worker and exits with status 1, so Python never sees it uncaught
-    port = str(_free_port())
+    port = str(free_port())
     python = str(dl2_bin.parent / "python")
     run = dl2_run(
         dl2_bin, tmp_path / "run", ["--hang-timeout", "30", "--", python, str(SPAWN_CASE), port]
@@ -76,12 +77,12 @@ def test_forked_workers_that_exit_without_destroy_end_cleanly_or_with_their_exce
     # GIVEN multiprocessing.Process workers (fork): a forked child ends with os._exit,
     # which runs no exit hook, and they never call destroy_process_group
     python = str(dl2_bin.parent / "python")
-    ok = dl2_run(dl2_bin, tmp_path / "ok", ["--", python, str(FORK_CASE), str(_free_port()), "ok"])
+    ok = dl2_run(dl2_bin, tmp_path / "ok", ["--", python, str(FORK_CASE), str(free_port()), "ok"])
     # THEN a correct job is ok, not a job "stopped from outside"
     assert ok.returncode == 0 and ok.report["verdict"] == "ok", ok.output
     # AND a worker that raises is named with its exception and line
     failed = dl2_run(
-        dl2_bin, tmp_path / "raise", ["--", python, str(FORK_CASE), str(_free_port()), "raise"]
+        dl2_bin, tmp_path / "raise", ["--", python, str(FORK_CASE), str(free_port()), "raise"]
     )
     raised = next(
         i for i, s in enumerate(FORK_CASE.read_text().splitlines(), 1) if "mark: raise" in s

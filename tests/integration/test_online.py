@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -29,6 +28,8 @@ from typing import Any
 import pytest
 from test_categories import CASES
 from test_categories import Case
+
+from ports import free_port
 
 #: far above the observed verdict latency (about 0.5 s): a verdict must not come from it
 HANG_TIMEOUT_S = 30
@@ -245,12 +246,6 @@ def test_modes_suspects_and_dead_ranks(online):
     assert not _leftovers(run.run_dir)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.timeout(400)
 def test_two_nodes_give_one_verdict(online, dl2_bin):
     # GIVEN a send/send deadlock with one rank on each of two "nodes", each node with
@@ -294,7 +289,7 @@ def _analyze(dl2_bin: Path, run_dir: Path) -> subprocess.CompletedProcess[str]:
 
 def _two_nodes(dl2_bin: Path, tmp_path: Path, script: Path) -> tuple[Run, Run]:
     torchrun = str(Path(sys.executable).with_name("torchrun"))
-    port = _free_port()
+    port = free_port()
 
     def node(rank: int) -> Run:
         command = [torchrun, "--nnodes", "2", "--node-rank", str(rank)]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from ports import free_port
 from trace_builders import RawTrace
 from trace_builders import read_raw_trace
 
@@ -33,12 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).resolve().parent / "record_cases"
 BOOTSTRAP = REPO / "src" / "dl2" / "_bootstrap"
 JOB_TIMEOUT_S = 45
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def job_env(run_dir: Path | None, **extra: str) -> dict[str, str]:

@@ -222,7 +222,7 @@ def test_capture_from_no_api_frame_is_null() -> None:
 def test_where() -> None:
     assert stack.where(sys._getframe()) == "python"
     comm = _api_function("all_reduce", _c10d_file())
-    assert comm(lambda: stack.where(sys._getframe(1))) == "comm"
+    assert comm(lambda: stack.where(sys._getframe(1), in_call=True)) == "comm"
     graph = os.path.join(stack._TORCH_DIRS[0], "autograd", "graph.py")
     backward = _api_function("_engine_run_backward", graph)
     assert backward(lambda: stack.where(sys._getframe(), still_s=stack.STILL_S)) == "backward"
@@ -729,6 +729,39 @@ def test_where_a_thread_waits_on_a_future_is_communication() -> None:
         thread.join(10)
 
 
+def test_where_a_wait_on_futures_already_complete_is_not_communication() -> None:
+    import torch
+
+    # GIVEN frames of torch.futures' wait and wait_all (a checkpoint writer waits on the
+    # future write_data hands back, complete from the start; the watchdog gets the GIL
+    # as that wait releases it)
+    futures_file = os.path.join(stack._TORCH_DIRS[0], "futures", "__init__.py")
+    source = """
+    def wait(self, callback):
+        return callback()
+    def wait_all(futures, callback):
+        return callback()
+    """
+    waits = _api_functions(futures_file, source)
+    done: Any = torch.futures.Future()
+    done.set_result(None)
+    pending: Any = torch.futures.Future()
+    look = lambda: stack.where(sys._getframe(1))  # noqa: E731
+    # THEN a wait on futures all complete returns at once: not a wait in communication
+    assert waits["wait"](done, look) == "python"
+    assert waits["wait_all"]([done, done], look) == "python"
+    # AND one on a future not complete is
+    assert waits["wait"](pending, look) == "comm"
+    assert waits["wait_all"]([done, pending], look) == "comm"
+    pending.set_result(None)
+    # AND a query on a work in dl2's hooks (is_completed(), polled by a rank that
+    # computes) is not, where its wait is
+    works_file = os.path.join(os.path.dirname(stack.__file__), "works.py")
+    hooks = _api_functions(works_file, source.replace("wait_all", "is_completed"))
+    assert hooks["is_completed"]([pending], look) == "python"
+    assert hooks["wait"](pending, look) == "comm"
+
+
 def test_where_plain_python_in_torch_distributed_is_communication_only_once_still() -> None:
     # GIVEN a frame of torch.distributed outside its API functions (a utility that walks
     # a batch, a checkpoint writer): plain Python, or a C call that waits
@@ -737,9 +770,14 @@ def test_where_plain_python_in_torch_distributed_is_communication_only_once_stil
     # THEN it is communication only once the thread stayed there, not running, a while
     assert helper(lambda: stack.where(sys._getframe(1))) == "python"
     assert helper(lambda: stack.where(sys._getframe(1), still_s=stack.STILL_S)) == "comm"
-    # AND an API function's frame is communication at once
+    # AND an API function's frame is communication at once in a blocking op the
+    # recorder saw issued; outside one (get_rank() called by a rank that computes with
+    # an op pending), only once still
     comm = _api_function("all_reduce", _c10d_file())
-    assert comm(lambda: stack.where(sys._getframe(1))) == "comm"
+    assert comm(lambda: stack.where(sys._getframe(1), in_call=True)) == "comm"
+    query = _api_function("get_rank", _c10d_file())
+    assert query(lambda: stack.where(sys._getframe(1))) == "python"
+    assert query(lambda: stack.where(sys._getframe(1), still_s=stack.STILL_S)) == "comm"
 
 
 def test_the_watchdog_tells_a_waiting_thread_from_a_running_one() -> None:
@@ -777,6 +815,43 @@ def test_the_watchdog_tells_a_waiting_thread_from_a_running_one() -> None:
         stop.set()
         waiter.join(5)
         spinner.join(5)
+
+
+def test_a_thread_starved_of_cpu_or_in_disk_io_is_not_waiting_in_communication() -> None:
+    import time
+    from unittest import mock
+
+    from dl2.record import watchdog
+
+    # GIVEN a thread that stays at one instruction (a checkpoint's fsync, or plain
+    # Python on a host too busy to schedule it) while the watchdog looks four times
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+
+    def still_after(samples: list[tuple[int, str]]) -> float:
+        dog = watchdog.Watchdog(mock.Mock())
+        frame = sys._current_frames()[thread.ident or 0]
+        now = time.monotonic_ns()
+        seen = 0.0
+        with mock.patch.object(watchdog, "_thread_times", side_effect=samples):
+            for look in range(len(samples)):
+                seen = dog._still_s(frame, thread.ident or 0, now + look * 200_000_000)
+        return seen
+
+    try:
+        # WHEN it sleeps (state S) and neither runs nor waits for a CPU: a wait
+        assert still_after([(1_000, "S")] * 4) == pytest.approx(0.6)
+        # WHEN it waits on the run queue (CPU time plus run-queue time move by half the
+        # time between looks): starved, not waiting on anything
+        starved = [(1_000 + look * 100_000_000, "R") for look in range(4)]
+        assert still_after(starved) == 0.0
+        assert still_after([(1_000 + look * 100_000_000, "S") for look in range(4)]) == 0.0
+        # WHEN it sleeps in disk I/O (state D) without moving: not communication
+        assert still_after([(1_000, "D")] * 4) == 0.0
+    finally:
+        stop.set()
+        thread.join(5)
 
 
 def test_a_callback_on_a_works_future_counts_as_a_thread_until_it_ran(tmp_path: Path):

@@ -85,6 +85,21 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def listening_socket() -> socket.socket:
+    """A socket listening on a free port of 127.0.0.1, held until the job's store takes
+    it (:func:`host_store`): no other process can take the port in between, as one may
+    take a port :func:`free_port` found free (the ephemeral ports of other jobs' gloo
+    connections come from the same range)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 #: run directory -> its run's id (one per run started by this process)
 _RUN_IDS: dict[str, str] = {}
 
@@ -221,14 +236,24 @@ def process_alive(pid: int) -> bool:
         return True
 
 
-def host_store(port: int, world_size: int) -> Any:
-    """The job's c10d store server on 127.0.0.1:``port``, hosted in this process as
-    torchrun's agent hosts it (imports torch; it serves until the object is dropped)."""
+def host_store(sock: socket.socket, world_size: int) -> Any:
+    """The job's c10d store server on the listening socket ``sock`` (of 127.0.0.1),
+    hosted in this process as torchrun's agent hosts it (imports torch; it serves until
+    the object is dropped).  The store owns the socket from then on."""
     from torch.distributed import TCPStore
 
-    return TCPStore(
-        "127.0.0.1", port, world_size, True, timedelta(seconds=60), wait_for_workers=False
+    port = int(sock.getsockname()[1])
+    store = TCPStore(
+        "127.0.0.1",
+        port,
+        world_size,
+        True,
+        timedelta(seconds=60),
+        wait_for_workers=False,
+        master_listen_fd=sock.fileno(),
     )
+    sock.detach()  # closed by the store
+    return store
 
 
 def launch_ranks(
@@ -251,8 +276,11 @@ def launch_ranks(
         raise LaunchError(f"script not found: {script}")
     if nproc < 1:
         raise LaunchError(f"-n must be at least 1, not {nproc}")
-    port = str(free_port())
     agent = importlib.util.find_spec("torch") is not None
+    # the store's socket listens from now on (connections queue until it serves); with
+    # no torch here, rank 0 hosts the store and must find the port free
+    listener = listening_socket() if agent else None
+    port = str(listener.getsockname()[1] if listener is not None else free_port())
     elastic = (
         {
             "TORCHELASTIC_USE_AGENT_STORE": str(True),
@@ -287,15 +315,19 @@ def launch_ranks(
             )
         except OSError as err:
             Job(procs, ranked=True).stop()
+            if listener is not None:
+                listener.close()
             raise LaunchError(f"cannot start rank {rank}: {err.strerror}") from None
     job = Job(procs, ranked=True)
-    if agent:
+    if listener is not None:
         # after the ranks started: torch imports here while it imports there, and a
         # rank's store client waits for the server
         try:
-            job.store = host_store(int(port), nproc)
+            job.store = host_store(listener, nproc)
         except BaseException as err:
             job.stop()
+            if listener.fileno() >= 0:
+                listener.close()
             if isinstance(err, Exception):
                 why = f"cannot host the job's store on 127.0.0.1:{port}: {err}"
                 raise LaunchError(why) from None

@@ -266,8 +266,22 @@ _BACKWARD_NAMES = frozenset({"_engine_run_backward", "run_backward"})
 # torch.distributed API function (the C++ call under it blocks), dl2's recording hooks
 # (a work's wait), torch.futures (``torch.futures.wait_all([work.get_future(), ...])``,
 # ``future.wait()``: no dl2 frame on that stack)
-_COMM_DIRS = tuple(os.path.join(d, "futures", "") for d in _TORCH_DIRS) + tuple(
-    os.path.join(d, "record", "") for d in _DL2_DIRS
+_FUTURES_DIRS = tuple(os.path.join(d, "futures", "") for d in _TORCH_DIRS)
+_COMM_DIRS = _FUTURES_DIRS + tuple(os.path.join(d, "record", "") for d in _DL2_DIRS)
+#: functions there that never wait: a work's queries, a future's done()
+_QUERY_NAMES = frozenset(
+    {
+        "is_completed",
+        "is_success",
+        "exception",
+        "source_rank",
+        "_source_rank",
+        "get_future",
+        "_get_op_type",
+        "_get_duration",
+        "done",
+        "__del__",
+    }
 )
 _DIST_DIRS = tuple(os.path.join(d, "distributed", "") for d in _TORCH_DIRS)
 #: seconds a frame elsewhere in torch.distributed, or a backward pass, must stay at one
@@ -278,7 +292,7 @@ _DIST_DIRS = tuple(os.path.join(d, "distributed", "") for d in _TORCH_DIRS)
 STILL_S = 2.0
 
 
-def where(frame: FrameType | None, still_s: float = 0.0) -> str:
+def where(frame: FrameType | None, still_s: float = 0.0, in_call: bool = False) -> str:
     """What a (blocked or running) thread is doing, judged from its stack.
 
     Args:
@@ -286,11 +300,16 @@ def where(frame: FrameType | None, still_s: float = 0.0) -> str:
         still_s: how long the thread has been at this frame and instruction (the
             watchdog's samples): in torch.distributed outside its API functions, a frame
             is taken as blocked in communication only after :data:`STILL_S`.
+        in_call: the thread is in a blocking op the recorder saw issued.  Without one,
+            an API function's frame also counts only after :data:`STILL_S`: the API
+            also holds helpers that return at once (``get_rank()``, the Python before a
+            collective is issued), where a look may land on a rank that computes.
 
     Returns:
-        "comm" when the innermost frame is a torch.distributed API function, in
-        torch.futures or in dl2's recording hooks (a communication call or a wait, also
-        on a work's future), or elsewhere in torch.distributed and still; "backward"
+        "comm" when the innermost frame is a torch.distributed API function in a
+        blocking op, in torch.futures waiting on a future not complete, or in dl2's
+        recording hooks (a communication call or a wait, also on a work's future), or
+        elsewhere in torch.distributed (its API included) and still; "backward"
         when an autograd backward pass is on the stack and the thread is still (DDP's
         backward waiting on its buckets; one that computes is "python"); "python"
         otherwise.
@@ -300,9 +319,9 @@ def where(frame: FrameType | None, still_s: float = 0.0) -> str:
         code = f.f_code
         name = code.co_filename
         if code.co_name != "<module>" and (
-            name in _API_FILES
-            or name.startswith(_COMM_DIRS)
-            or (still_s >= STILL_S and name.startswith(_DIST_DIRS))
+            (in_call and name in _API_FILES)
+            or (name.startswith(_COMM_DIRS) and not _returns_at_once(f))
+            or (still_s >= STILL_S and (name.startswith(_DIST_DIRS) or name in _API_FILES))
         ):
             return "comm"
     if still_s < STILL_S:
@@ -313,6 +332,24 @@ def where(frame: FrameType | None, still_s: float = 0.0) -> str:
             return "backward"
         f = f.f_back
     return "python"
+
+
+def _returns_at_once(frame: FrameType) -> bool:
+    """Whether ``frame``, of torch.futures or of dl2's recording hooks, is a call that
+    returns at once: a query on a work (``work.is_completed()`` asked by a rank that
+    computes meanwhile), or a wait on futures already complete (a checkpoint writer's
+    ``write_data(...).wait()``).  The watchdog gets the GIL as such a call releases it,
+    and must not take that instant for a wait in communication."""
+    if frame.f_code.co_name in _QUERY_NAMES:
+        return True
+    if not frame.f_code.co_filename.startswith(_FUTURES_DIRS):
+        return False
+    try:
+        local = frame.f_locals
+        futures = [local["self"]] if "self" in local else list(local.get("futures") or ())
+        return bool(futures) and all(future.done() for future in futures)
+    except Exception:
+        return False
 
 
 def current_frame(depth: int = 0) -> FrameType:

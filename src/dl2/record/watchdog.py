@@ -39,18 +39,24 @@ QUIET_NS = 300_000_000
 POLL_TICKS = 5
 
 
-def _thread_cpu_ns(ident: int) -> int | None:
-    """The CPU time (ns) of the Python thread ``ident`` so far, from
-    ``/proc/self/task/<tid>/schedstat``; None when it is not known (the thread ended,
-    no /proc).  Never ``pthread_getcpuclockid``: given a thread that just ended, it may
-    crash the process."""
+def _thread_times(ident: int) -> tuple[int, str] | None:
+    """The time (ns) the Python thread ``ident`` has run or waited to run so far (CPU
+    time plus time runnable on a run queue, from ``/proc/self/task/<tid>/schedstat``)
+    and its scheduler state now ("S" sleeping, "D" in disk I/O, "R" runnable, ...,
+    from ``stat``); None when not known (the thread ended, no /proc).  Never
+    ``pthread_getcpuclockid``: given a thread that just ended, it may crash the
+    process."""
     try:
         thread = threading._active.get(ident)  # type: ignore[attr-defined]
         native = getattr(thread, "native_id", None)
         if native is None:
             return None
         with open(f"/proc/self/task/{native}/schedstat", "rb") as handle:
-            return int(handle.read().split()[0])
+            fields = handle.read().split()
+        with open(f"/proc/self/task/{native}/stat", "rb") as handle:
+            stat = handle.read()
+        state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3].decode()
+        return int(fields[0]) + int(fields[1]), state
     except (OSError, ValueError, IndexError, AttributeError):
         return None
 
@@ -100,18 +106,22 @@ class Watchdog:
                 pass
 
     def _still_s(self, frame: Any, ident: int, now: int) -> float:
-        """Seconds the watched thread has been at one code and instruction without
-        running (its CPU time moved less than a tenth of the time between looks): in
-        a C call that waits.  0 when it moved, ran, or its CPU time cannot be read."""
-        cpu = _thread_cpu_ns(ident)
+        """Seconds the watched thread has been at one code and instruction, asleep: in
+        a C call that waits.  0 when it moved; when it ran or wanted to (its CPU time
+        plus its time runnable but not scheduled moved by more than a tenth of the time
+        between looks: a thread starved of CPU on a busy host stays at its instruction
+        too); when it is in disk I/O (state "D": an ``fsync`` under write-back, not
+        communication); or when its times cannot be read."""
+        times = _thread_times(ident)
         spot = (ident, id(frame.f_code), frame.f_lasti) if frame is not None else None
-        if cpu is None:
+        if times is None:
             self._spot = None
             return 0.0
+        cpu, state = times
         previous, self._spot = self._spot, spot
         ran = cpu - self._spot_cpu > (now - self._spot_at) // 10 if self._spot_cpu >= 0 else True
         self._spot_cpu, self._spot_at = cpu, now
-        if spot is None or spot != previous or ran:
+        if spot is None or spot != previous or ran or state != "S":
             self._spot_since = now
             return 0.0
         return (now - self._spot_since) / 1e9
@@ -142,8 +152,10 @@ class Watchdog:
         # The thread that issues the ops (the main thread until one issues any).
         frame = frames.get(rec.last_tid) or frames.get(self._main_ident or 0)
         del frames
-        pending = still + list(rec.blocking.values())
-        doing = where(frame, self._still_s(frame, rec.last_tid or self._main_ident or 0, now))
+        blocking = rec.blocking
+        pending = still + list(blocking.values())
+        watched = rec.last_tid or self._main_ident or 0
+        doing = where(frame, self._still_s(frame, watched, now), watched in blocking)
         spinning = sorted(oid for oid in polled if oid in still)
         if doing != "comm" and spinning and self._poll_ticks >= POLL_TICKS:
             # Quiet, yet polling is_completed() on pending works tick after tick: the

@@ -94,8 +94,9 @@ def test_ready_order_fusion_is_flagged_under_the_model_only() -> None:
 
 
 def test_a_run_that_fused_differently_at_two_steps_proves_it() -> None:
-    # GIVEN each rank fused the same tensors two ways at two steps (identically across ranks)
-    builders = fused_run([[64, 256], [1024, 4096]], [[64, 1024], [256, 4096]])
+    # GIVEN rank 0 fused the same tensors two ways at two steps, rank 1 one way
+    one, other = [[64, 256], [1024, 4096]], [[64, 1024], [256, 4096]]
+    builders = fused_run(per_rank=[one + other, one + one])
     report = analyze(session(builders))
     # THEN the default analysis reports it without any assumption
     kinds = [f.kind for f in report.findings]
@@ -103,6 +104,19 @@ def test_a_run_that_fused_differently_at_two_steps_proves_it() -> None:
     assert report.verdict is Verdict.DEFECT
     (witness,) = fusion_witnesses(graph_of(builders))
     assert witness.observed
+    assert any("rank 0 fused the same tensors both ways" in f.message for f in report.findings)
+
+
+def test_an_order_agreed_between_ranks_is_no_proof() -> None:
+    # GIVEN every rank fused the same tensors two ways at two steps, each step alike on
+    # every rank (the order comes from all-reduced norms: agreed, not each rank's own)
+    builders = fused_run([[64, 256], [1024, 4096]], [[64, 1024], [256, 4096]])
+    graph = graph_of(builders)
+    # THEN the run proves no ready-order fusion: nothing by default
+    assert fusion_witnesses(graph) == []
+    assert analyze(session(builders)).verdict is Verdict.OK
+    # AND the model (dl2 predict --fusion) still shows what other orders would do
+    assert fusion_witnesses(graph, assume=True)
 
 
 def test_passes_in_a_fixed_cycle_are_static_buckets_not_a_proof() -> None:
@@ -113,8 +127,10 @@ def test_passes_in_a_fixed_cycle_are_static_buckets_not_a_proof() -> None:
     # THEN "the same tensors fused two ways" is their sizes alike, not a ready order
     assert fusion_witnesses(graph_of(builders)) == []
     assert analyze(session(builders)).verdict is Verdict.OK
-    # AND the same two shapes in no cycle (A B B A) still prove it
-    assert fusion_witnesses(graph_of(fused_run(encoder, decoder, decoder, encoder)))
+    # AND the same two shapes in no cycle (A B B A) on a rank still prove it, where the
+    # other rank fused otherwise (not an order agreed between ranks)
+    rank0, rank1 = encoder + decoder + decoder + encoder, encoder + decoder + encoder + decoder
+    assert fusion_witnesses(graph_of(fused_run(per_rank=[rank0, rank1])))
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,9 @@ The model (:func:`fusion_witnesses` with ``assume=True``, ``dl2 predict --fusion
 
 What is reported by default
     Only windows the run itself proves order-dependent: a rank whose windows over the
-    same tensors (same line, same sizes) were fused differently at different steps.
+    same tensors (same line, same sizes) were fused differently at different steps,
+    unless every rank fused exactly as the others at every pass there (the order was
+    agreed, e.g. from all-reduced norms) or the shapes repeat a fixed cycle.
     Any other window is reported only under the model, because its trace is also that
     of static bucketing (fixed buckets in a fixed order, as DDP does), which never
     diverges: one clean run cannot tell the two apart.
@@ -296,6 +298,24 @@ def _cyclic_sites(windows: Sequence[FusionWindow]) -> set[tuple[int, str, object
     return found
 
 
+def _agreed_sites(windows: Sequence[FusionWindow]) -> set[tuple[int, str, object]]:
+    """The (rank, group, line) fusion sites at which every rank that fused there fused
+    the same way as every other, pass after pass (two ranks or more): the order is
+    agreed between ranks (computed from all-reduced values, or from the step's shared
+    data), so a rank's passes fused two ways prove nothing of its own ready order."""
+    shapes: dict[tuple[str, object], dict[int, list[object]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for window in windows:
+        shapes[(window.gid, window.site)][window.rank].append(_shape(window.buckets))
+    found = set()
+    for (gid, site), by_rank in shapes.items():
+        sequences = list(by_rank.values())
+        if len(sequences) >= 2 and all(seq == sequences[0] for seq in sequences[1:]):
+            found.update((rank, gid, site) for rank in by_rank)
+    return found
+
+
 def smallest_period(seen: Sequence[object]) -> int:
     """The smallest p with ``seen[i] == seen[i - p]`` for every i >= p, in one pass (the
     prefix function of string matching: a history of 10^5 passes costs 10^5 steps)."""
@@ -319,13 +339,14 @@ def fusion_witnesses(graph: ExecutionGraph, *, assume: bool = False) -> list[Fus
     for window in windows:
         by_key[(window.gid, window.site, _shape(window.buckets))].append(window)
     witnesses: list[FusionWitness] = []
-    cyclic = _cyclic_sites(windows)
-    # Proof: one rank, one line, the same tensors, fused two ways (not in a fixed cycle:
-    # two modules whose tensors have the same sizes, fused in their own fixed orders
-    # at one line, alternate the same two shapes at every step, by no one's timing)
+    # Proof: one rank, one line, the same tensors, fused two ways; not in a fixed cycle
+    # (two modules whose tensors have the same sizes, fused in their own fixed orders
+    # at one line, alternate the same two shapes at every step, by no one's timing),
+    # nor identically on every rank at every pass (an agreed order)
+    unproven = _cyclic_sites(windows) | _agreed_sites(windows)
     variants: dict[tuple[object, ...], dict[tuple[object, ...], FusionWindow]] = defaultdict(dict)
     for window in windows:
-        if (window.rank, window.gid, window.site) in cyclic:
+        if (window.rank, window.gid, window.site) in unproven:
             continue
         tensors = tuple(sorted(window.tensors))
         variants[(window.rank, window.gid, window.site, tensors)].setdefault(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -676,6 +677,88 @@ def test_a_rank_still_starting_keeps_the_others_wait_from_the_hang_timeout(
         assert outcome is None and job.stops == 0
     else:
         assert outcome is not None and outcome.reason == "hang-timeout"
+
+
+def test_a_launched_rank_waiting_in_the_rendezvous_without_a_trace_is_stuck(tmp_path, alive):
+    from types import SimpleNamespace
+
+    from dl2.record.writer import rendezvous_mark
+
+    # GIVEN rank 1 blocked creating the world group, ranks 0 and 2 alive without a trace
+    # (dl2 launched them): rank 2 still in its own code, rank 0 in torch's rendezvous,
+    # where it hosts the store and waits for ranks that never come
+    _, r1, _ = ranks(3)
+    r1.create_group("0", [0, 1, 2], line=5, complete=False)
+    run_dir = write_run_dir([r1], tmp_path / "run")
+    job = FakeJob(3)
+    job.procs = {r: SimpleNamespace(pid=90_000 + r) for r in range(3)}  # type: ignore[attr-defined]
+    open(rendezvous_mark(str(run_dir), 90_000), "wb").close()
+    monitor = make_monitor(run_dir, job, [], hang_timeout=0.1)
+    # THEN rank 2 keeps the job running; once it too waits there, the hang timeout ends it
+    assert steps(monitor, 20) is None
+    open(rendezvous_mark(str(run_dir), 90_002), "wb").close()
+    outcome = steps(monitor, 30)
+    assert outcome is not None and outcome.reason == "hang-timeout"
+
+
+@pytest.mark.parametrize("third", ["starting", "in-rendezvous", "not-recorded"])
+def test_a_rank_starting_under_another_launcher_keeps_the_hang_timeout_off(tmp_path, third, alive):
+    import subprocess
+    import sys
+
+    from dl2.record.writer import rendezvous_mark
+
+    # GIVEN ranks 0 and 1 blocked creating the world group under a launcher dl2 does not
+    # know the ranks of (mp.spawn), whose third process has no trace yet: rank 2 still
+    # preparing its data; or waiting in torch's rendezvous for a rank that never comes
+    # (it hosts the store: a world size larger than the ranks launched); or a process
+    # that is no rank of the job (dl2's environment not passed on to it)
+    recorded = third != "not-recorded"
+    r0, r1, _ = ranks(3)
+    for r in (r0, r1):
+        r.create_group("0", [0, 1, 2], line=5, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    env = dict(os.environ)
+    env.pop("DL2_RUN_DIR", None)
+    child_env = {"DL2_RUN_DIR": str(run_dir)} if recorded else {}
+    spawn = (
+        "import os, subprocess, sys, time;"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+        f" env=dict(os.environ, **{child_env!r}));"
+        "print(child.pid, flush=True); time.sleep(60)"
+    )
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", spawn], env=env, stdout=subprocess.PIPE, text=True
+    )
+    child = 0
+    try:
+        assert launcher.stdout is not None
+        child = int(launcher.stdout.readline())
+        if third == "in-rendezvous":
+            open(rendezvous_mark(str(run_dir), child), "wb").close()
+        job, notices = FakeJob(3), []
+        job.ranked = False
+        job.procs = {-1: launcher}  # type: ignore[attr-defined]
+        job.poll = lambda: {-1: None}  # type: ignore[method-assign]
+        monitor = make_monitor(run_dir, job, notices, hang_timeout=0.1)
+        # WHEN the monitor polls past the hang timeout
+        outcome = steps(monitor, 30)
+        # THEN a process of the job that may be the missing rank holds the timeout, said
+        # once with its pid; one in the rendezvous, or without dl2's environment, does not
+        if third == "starting":
+            assert outcome is None and job.stops == 0
+            (said,) = [n for n in notices if "not reached init_process_group" in n]
+            assert str(child) in said
+        else:
+            assert outcome is not None and outcome.reason == "hang-timeout"
+    finally:
+        launcher.kill()
+        launcher.wait(10)
+        if child:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def test_a_launcher_that_exited_0_vouches_for_ranks_gone_without_an_end(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
+from collections.abc import Set
 
 from dl2.analysis.deadlock import hang_suspect_findings
 from dl2.analysis.deadlock import suspect_stack
@@ -25,14 +26,18 @@ from dl2.trace.session import ALIVE
 SUSPECT_STACK_FRAMES = 8
 
 
-def all_stuck(snapshot: Snapshot, states: Mapping[int, str]) -> bool:
+def all_stuck(
+    snapshot: Snapshot, states: Mapping[int, str], in_rendezvous: Set[int] = frozenset()
+) -> bool:
     """True if every live traced rank is inside a recorded blocking call.
 
     For the hang timeout every such rank counts as stuck: blocked, spinning, or matched
     by the model but never returning (gloo may have paired it otherwise, e.g. groups
     created in different orders).  A rank known to be alive (dl2 launched it) that has
     no trace yet is in its own code before ``init_process_group`` (a slow start, a
-    download): not stuck.  One that is not known (another launcher's) is left out.
+    download): not stuck, unless it is ``in_rendezvous`` (it entered torch's
+    rendezvous, where it waits for the others).  One that is not known (another
+    launcher's) is left out.
     """
     timelines = snapshot.graph.timelines
     for rank, node in snapshot.wfg.nodes.items():
@@ -40,7 +45,7 @@ def all_stuck(snapshot: Snapshot, states: Mapping[int, str]) -> bool:
         if state not in (None, ALIVE):
             continue  # ended
         if node.status is RankStatus.NO_TRACE:
-            if state == ALIVE:
+            if state == ALIVE and rank not in in_rendezvous:
                 return False
             continue
         timeline = timelines.get(rank)

@@ -33,6 +33,7 @@ from dl2.errors import ConfigError
 from dl2.errors import LaunchError
 from dl2.record.writer import ENV_RANK_PID
 from dl2.record.writer import ENV_RUN_ID
+from dl2.record.writer import rendezvous_mark
 from dl2.trace.format import TRACE_SUFFIX
 
 BOOTSTRAP_DIR = Path(dl2.__file__).parent / "_bootstrap"
@@ -216,6 +217,77 @@ def has_children(pid: int) -> bool:
         except OSError:
             continue
     return False
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` on this host (none when unreadable)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
+                found.extend(int(child) for child in handle.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+#: command-line words of multiprocessing's own helper processes (not ranks)
+_HELPERS = (b"resource_tracker", b"semaphore_tracker", b"forkserver")
+
+
+def starting_ranks(root: int, traced: Iterable[int], run_dir: Path) -> list[int]:
+    """Processes of the job under ``root`` (the launcher dl2 started) that may be ranks
+    still before ``init_process_group``: live Python processes that carry dl2's
+    recording environment, have no trace, have not entered torch's rendezvous (no
+    :func:`~dl2.record.writer.rendezvous_mark` in ``run_dir``: a rank that waits there
+    for ranks that never come is in communication), and are neither a traced rank's
+    ancestor (an agent, the script that spawned the ranks) nor its descendant (a data
+    loader worker), nor one of multiprocessing's helpers."""
+    traced = set(traced)
+    parent: dict[int, int] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        for child in _children(pid):
+            if child not in parent and child != root:
+                parent[child] = pid
+                todo.append(child)
+    near: set[int] = set()  # traced ranks, their ancestors and their descendants
+    for pid in parent:
+        chain, at = [], pid
+        while at in parent:
+            chain.append(at)
+            if at in traced:
+                near.update(chain)  # a traced rank's descendants
+                break
+            at = parent[at]
+    for pid in traced:
+        at = pid
+        while at in parent:
+            near.add(at)
+            at = parent[at]
+    found = []
+    for pid in sorted(set(parent) - near):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                environ = handle.read()
+        except OSError:
+            continue
+        if not os.path.basename(argv[0]).startswith(b"python") or not process_alive(pid):
+            continue
+        if any(helper in word for word in argv for helper in _HELPERS):
+            continue
+        if b"\0DL2_RUN_DIR=" in b"\0" + environ and not os.path.exists(
+            rendezvous_mark(str(run_dir), pid)
+        ):
+            found.append(pid)
+    return found
 
 
 def process_alive(pid: int) -> bool:

@@ -18,6 +18,7 @@ ranks may have stopped recording (:mod:`dl2.live.faults`).
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from dl2.live.hang import all_stuck
 from dl2.live.launcher import Job
 from dl2.live.launcher import has_children
 from dl2.live.launcher import process_alive
+from dl2.live.launcher import starting_ranks
 from dl2.live.multinode import NodeLink
 from dl2.live.progress import ProgressClocks
 from dl2.live.proof import DeadlockProof
@@ -46,7 +48,9 @@ from dl2.live.proof import ranks_text
 from dl2.live.shared import SharedState
 from dl2.live.tailer import TraceTailer
 from dl2.model.incremental import DEFAULT_WINDOW
+from dl2.model.stuck import RankStatus
 from dl2.notice import notice as default_notice
+from dl2.record.writer import rendezvous_mark
 from dl2.report import Report
 from dl2.report import Verdict
 from dl2.trace.session import ALIVE
@@ -213,6 +217,7 @@ class Monitor:
         self._failed_at: float | None = None
         self._confirm_soon = False
         self._behind_noted = False  # ranks outlived the launched command: said once
+        self._starting_noted = False  # processes not yet ranks held the hang timeout
 
     # -- process states ---------------------------------------------------------------
     def process_states(self) -> dict[int, str]:
@@ -449,10 +454,52 @@ class Monitor:
         if (
             now - self.clocks.any_at >= opts.hang_timeout
             and self.clocks.changed_at
-            and all_stuck(snapshot, states)
+            and all_stuck(snapshot, states, self._in_rendezvous())
+            and not self._ranks_starting(snapshot, states)
         ):
             return self._hang_timeout(snapshot, states)
         return self._stalled_cycle(now, states)
+
+    def _in_rendezvous(self) -> set[int]:
+        """The ranks dl2 launched that have entered torch's rendezvous (their trace may
+        not exist yet: the rank hosting the store waits there for all the others)."""
+        if not self.job.ranked:
+            return set()
+        try:
+            return {
+                rank
+                for rank, proc in self.job.procs.items()
+                if os.path.exists(rendezvous_mark(str(self.run_dir), proc.pid))
+            }
+        except Exception:
+            return set()
+
+    def _ranks_starting(self, snapshot: Snapshot, states: Mapping[int, str]) -> bool:
+        """Under a launcher dl2 does not know the ranks of (torchrun, mp.spawn, a
+        script), whether a rank without a trace may still be starting: a process of the
+        job on this host, alive, that looks like a rank before ``init_process_group``
+        (:func:`~dl2.live.launcher.starting_ranks`: a slow data preparation, a model
+        loaded first).  The traced ranks then wait on it, as they would without dl2;
+        said once."""
+        if self.job.ranked or not any(
+            node.status is RankStatus.NO_TRACE and states.get(rank) is None
+            for rank, node in snapshot.wfg.nodes.items()
+        ):
+            return False
+        try:
+            root = next(iter(self.job.procs.values()))
+            if root.poll() is not None:
+                return False
+            pids = starting_ranks(root.pid, self.tailer.pids().values(), self.run_dir)
+        except Exception:
+            return False
+        if pids and not self._starting_noted:
+            self._starting_noted = True
+            self.notice(
+                f"{len(pids)} process(es) of the job (pid {', '.join(map(str, pids))}) have "
+                "not reached init_process_group yet: the hang timeout waits for them"
+            )
+        return bool(pids)
 
     def _stalled_cycle(self, now: float, states: dict[int, str]) -> Outcome | None:
         """The hang timeout of ranks blocked on each other while another of their

@@ -42,6 +42,7 @@ from dl2.record.stack import capture
 from dl2.record.stack import classify_file
 from dl2.record.stack import in_distributed_call
 from dl2.record.stack import user_stack_id
+from dl2.record.writer import rendezvous_mark
 
 _now = time.monotonic_ns
 
@@ -303,6 +304,20 @@ def _patch(state: _Installed, dist: Any) -> None:
 
         return translate
 
+    original_rendezvous: Any = getattr(c10d, "rendezvous", None)
+
+    def rendezvous(*args: Any, **kwargs: Any) -> Any:
+        # init_process_group meets the other ranks here, before any group (and so this
+        # rank's trace) exists: a mark tells the monitor this process waits there
+        try:
+            open(rendezvous_mark(rec.run_dir, os.getpid()), "wb").close()
+        except Exception:
+            pass
+        return original_rendezvous(*args, **kwargs)
+
+    if original_rendezvous is not None:
+        functools.update_wrapper(rendezvous, original_rendezvous)
+        state.patch(c10d, "rendezvous", rendezvous)
     destroy_process_group.__doc__ = original_destroy.__doc__
     for name in ("get_global_rank", "get_group_rank"):
         original = getattr(c10d, name, None)

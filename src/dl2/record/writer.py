@@ -54,6 +54,14 @@ ENV_RANK_PID = "DL2_RANK_PID"
 ENV_RUN_ID = "DL2_RUN_ID"
 
 
+def rendezvous_mark(run_dir: str, pid: int) -> str:
+    """The empty file a process leaves in the run directory as it enters torch's
+    rendezvous (``init_process_group`` meeting the other ranks, before its group and
+    its trace exist): the live monitor then knows it waits in communication, not in its
+    own code."""
+    return os.path.join(run_dir, f".rendezvous.{pid}")
+
+
 class TraceWriter:
     """Appends records to one rank's trace, segment after segment.
 

@@ -308,7 +308,7 @@ def _agreed_sites(windows: Sequence[FusionWindow]) -> set[tuple[int, str, object
     )
     for window in windows:
         shapes[(window.gid, window.site)][window.rank].append(_shape(window.buckets))
-    found = set()
+    found: set[tuple[int, str, object]] = set()
     for (gid, site), by_rank in shapes.items():
         sequences = list(by_rank.values())
         if len(sequences) >= 2 and all(seq == sequences[0] for seq in sequences[1:]):

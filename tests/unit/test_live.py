@@ -241,6 +241,36 @@ def test_a_store_get_in_a_wait_cycle_is_proven_online(tmp_path):
     assert first.ranks == (0, 1) and first.ops[0].op == "store_get"
 
 
+@pytest.mark.parametrize("runs_on", [False, True])
+def test_a_rank_held_only_by_its_watchdogs_word_is_proven_after_a_grace(tmp_path, runs_on):
+    # GIVEN rank 0 with an async all_reduce pending, which its watchdog saw waiting
+    # ("comm"), and rank 1 in a recv from rank 0
+    r0, r1 = ranks(2)
+    work = r0.issue("all_reduce", 23, **{"async": True})
+    r0.state([work], "comm")
+    r1.call("recv", 29, peer=0, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices, hang_timeout=30)
+    # WHEN the monitor polls for less than the grace: one look is one instant
+    started = time.monotonic()
+    assert steps(monitor, int(monitor_mod.STATE_GRACE_S / POLL / 2)) is None
+    if runs_on:
+        # the next look finds the rank computing: it was a passing instant
+        r0.state([work], "python")
+        path = next(run_dir.glob("rank00000*"))
+        with path.open("a") as handle:
+            handle.write(r0.records[-1])
+    outcome = steps(monitor, 50)
+    # THEN a rank that stays there is proven deadlocked once the grace has passed; one
+    # seen running on within it is not
+    if runs_on:
+        assert outcome is None and job.stops == 0
+    else:
+        assert outcome is not None and outcome.reason == "deadlock"
+        assert time.monotonic() - started >= monitor_mod.STATE_GRACE_S
+
+
 def test_a_store_wait_nobody_can_explain_reaches_the_hang_timeout(tmp_path):
     # GIVEN rank 0 in a get on a store dl2 cannot tell (no clause), rank 1 waiting on it
     r0, r1 = ranks(2)

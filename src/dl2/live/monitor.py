@@ -80,6 +80,18 @@ FAILED_GRACE_S = 1.0
 #: watchdog writes it within 0.2 s when none follows, so such a member may be running
 #: (its peers stopped a correct job 0.05 s after it issued an all_reduce, async_op=True)
 ISSUE_GRACE_S = 1.0
+#: seconds a deadlock set must stay unchanged when a member is held only by its
+#: watchdog's word (a ``state`` record: stalled on pending works, spinning on them):
+#: one look of the watchdog is one instant, and a rank that runs on is seen to within
+#: a period (0.2 s), when the next look writes what it does then
+STATE_GRACE_S = 0.5
+
+
+def _held_by_state(graph: ExecutionGraph, rank: int) -> bool:
+    """Whether the rank is held only by a watchdog ``state`` record (no open call)."""
+    timeline = graph.timelines.get(rank)
+    blocked = timeline.blocked if timeline is not None else None
+    return blocked is not None and blocked.how in ("stall", "poll")
 
 
 def _issuing(graph: ExecutionGraph, rank: int) -> bool:
@@ -537,7 +549,14 @@ class Monitor:
         deadlocked = snapshot.wfg.deadlocked
         if deadlocked and self._store_keys_may_come_from_outside(snapshot):
             deadlocked = frozenset()
-        issuing = any(_issuing(snapshot.graph, r) for r in deadlocked)
+        graph = snapshot.graph
+        grace = (
+            ISSUE_GRACE_S
+            if any(_issuing(graph, r) for r in deadlocked)
+            else STATE_GRACE_S
+            if any(_held_by_state(graph, r) for r in deadlocked)
+            else 0.0
+        )
         step = self.proof.observe(
             deadlocked,
             self.clocks.counts,
@@ -545,7 +564,7 @@ class Monitor:
             fresh=self.nodes.fresh,
             bump=self.nodes.bump,
             now=now,
-            grace=ISSUE_GRACE_S if issuing else 0.0,
+            grace=grace,
         )
         if step is Step.CANDIDATE:
             self._confirm_soon = True

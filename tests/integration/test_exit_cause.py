@@ -67,6 +67,39 @@ def test_the_exception_of_a_spawn_worker_is_named_with_its_line(
     assert any(cause in m for m in messages), run.output
 
 
+KILLED_CASE = Path(__file__).resolve().parent / "record_cases" / "case_spawn_killed.py"
+
+
+KILLED_TORCHRUN_CASE = Path(__file__).resolve().parent / "record_cases" / "case_killed_rank.py"
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
+def test_a_rank_killed_by_a_signal_is_named_killed(
+    dl2_bin: Path, tmp_path: Path, launcher: str
+) -> None:
+    # GIVEN ranks of mp.spawn or torchrun, one of which is killed by SIGKILL (the OOM
+    # killer): dl2 run sees only the launcher's exit status, the launcher the rank's
+    python = str(dl2_bin.parent / "python")
+    command = (
+        [python, str(KILLED_CASE), str(free_port())]
+        if launcher == "spawn"
+        else [
+            str(dl2_bin.parent / "torchrun"),
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(KILLED_TORCHRUN_CASE),
+        ]
+    )
+    run = dl2_run(dl2_bin, tmp_path / "run", ["--hang-timeout", "30", "--", *command])
+    # THEN the job failed, the worker is named as killed from outside, the other as
+    # failed because of it
+    assert run.returncode == 1, run.output
+    assert run.meta["ranks"]["1"]["state"] == "killed", run.output
+    assert "rank 1 was killed by a signal from outside the job" in run.output, run.output
+
+
 FORK_CASE = Path(__file__).resolve().parent / "record_cases" / "case_fork_procs.py"
 
 

@@ -974,3 +974,19 @@ def test_a_wildcard_senders_mark_survives_torchs_subgroup_translations(tmp_path:
         uninstall()
     assert (c10d.get_global_rank, c10d.get_group_rank) == originals
     assert dist.get_global_rank is originals[0]
+
+
+def test_the_exits_a_launcher_notes_read_back_and_bad_lines_are_skipped(tmp_path: Path) -> None:
+    from dl2.record.writer import note_exit
+    from dl2.record.writer import read_exits
+
+    # GIVEN a launcher that noted two ranks it reaped, then a line torn by a crash
+    note_exit(str(tmp_path), 4321, -9)
+    note_exit(str(tmp_path), 4322, 1)
+    (noted,) = tmp_path.glob(".exits.*")
+    with noted.open("a") as handle:
+        handle.write("43\n\x00junk -x\n")
+    note_exit(str(tmp_path), 4321, -15)  # noted again later: the first ending counts
+    # THEN each rank's first noted status comes back, the rest is skipped
+    assert read_exits(str(tmp_path)) == {4321: -9, 4322: 1}
+    assert read_exits(str(tmp_path / "missing")) == {}

@@ -79,6 +79,22 @@ def test_a_failed_job_names_the_rank_that_ended_before_a_collective_the_others_i
     assert headline(alone) == "JOB FAILED: the job failed for a reason other than communication"
 
 
+def test_a_killed_rank_is_the_headline_when_its_launcher_ended_the_waiting_ones() -> None:
+    # GIVEN rank 1 killed by a signal before all_reduce #3, which ranks 0 and 2 issued;
+    # mp.spawn then ended rank 0 itself before its wait failed (no error of its own, no
+    # orphaned wait), rank 2's wait failed on the closed connection
+    issued = [op_ref(r, seq=3, file="/job/train.py", line=17) for r in (0, 2)]
+    orphaned = finding(FindingKind.ORPHANED_WAIT, issued[1], ranks=[1, 2])
+    missing = finding(FindingKind.COLLECTIVE_MISSING, *issued, ranks=[0, 1, 2])
+    states = [rank_state(0, "failed"), rank_state(1, "killed"), rank_state(2, "failed")]
+    rep = report(orphaned, missing, ranks=states, verdict=Verdict.JOB_FAILED)
+    # THEN the kill is the headline: the rank ended while waiting on it failed with it
+    assert headline(rep) == (
+        "JOB FAILED: rank 1 was killed by a signal from outside the job (the OOM killer, a "
+        "scheduler, a kill); the others failed because of it"
+    )
+
+
 # -- deadlock cycles ----------------------------------------------------------------------
 
 

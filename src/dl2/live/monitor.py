@@ -50,6 +50,7 @@ from dl2.live.tailer import TraceTailer
 from dl2.model.incremental import DEFAULT_WINDOW
 from dl2.model.stuck import RankStatus
 from dl2.notice import notice as default_notice
+from dl2.record.writer import read_exits
 from dl2.record.writer import rendezvous_mark
 from dl2.report import Report
 from dl2.report import Verdict
@@ -251,11 +252,19 @@ class Monitor:
             # torchrun and mp.spawn exit 0 only when every rank did: a rank gone without
             # an end record left by os._exit(0), not by a crash
             ended = set(self.tailer.pids()) - raised
+        exits: dict[int, int] | None = None
         for rank, pid in self.tailer.pids().items():
             if rank in self._alive_at_stop or process_alive(pid):
                 states[rank] = ALIVE
+            elif rank in ended:
+                states[rank] = EXITED
             else:
-                states[rank] = EXITED if rank in ended else FAILED
+                if exits is None:  # read once a rank is gone without an end
+                    exits = read_exits(str(self.run_dir))
+                code = exits.get(pid)
+                # its launcher saw it end by a signal from outside (torchrun, mp.spawn)
+                killed = code is not None and code < 0 and -code in OUTSIDE
+                states[rank] = KILLED if killed else FAILED
         return states
 
     def _left_behind(self, local: Mapping[int, str]) -> list[int]:

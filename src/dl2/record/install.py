@@ -42,6 +42,7 @@ from dl2.record.stack import capture
 from dl2.record.stack import classify_file
 from dl2.record.stack import in_distributed_call
 from dl2.record.stack import user_stack_id
+from dl2.record.writer import note_exit
 from dl2.record.writer import rendezvous_mark
 
 _now = time.monotonic_ns
@@ -112,6 +113,7 @@ def install(run_dir: str | None = None) -> bool:
         _patch(state, dist)
         _patch_threads(state)
         _patch_spawn(state)
+        _patch_launchers(state)
         _patch_exit(state)
         _INSTALLED = state
         _recorder_mod.RECORDER = rec
@@ -727,6 +729,76 @@ def _patch_spawn(state: _Installed) -> None:
 
     _wrap._dl2_wrapped = True  # type: ignore[attr-defined]
     state.patch(module, "_wrap", _wrap)
+
+
+def _patch_launchers(state: _Installed) -> None:
+    """In a launcher of ranks, note how a rank it reaped ended (:func:`note_exit`):
+    ``dl2 run`` sees its own child only, and a rank killed by a signal (the OOM killer,
+    a scheduler) would otherwise be one that vanished.
+
+    ``torch.multiprocessing.spawn``: the rank whose ending made ``join`` raise (it then
+    ends the others itself).  torchrun (its agent imports torch.distributed.run): the
+    first failure its workers' context reports (the others' are its own doing).
+    """
+    run_dir = state.recorder.run_dir
+    spawn = sys.modules.get("torch.multiprocessing.spawn")
+    exited = getattr(spawn, "ProcessExitedException", None)
+    init = getattr(exited, "__init__", None)
+    if init is not None and not getattr(init, "_dl2_wrapped", False):
+        # torch builds it in join() for the rank whose ending failed the job; hooked
+        # there rather than around join(), so no dl2 frame shows in the user's traceback
+
+        @functools.wraps(init)
+        def noted(self: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            pid, code = getattr(self, "error_pid", None), getattr(self, "exit_code", None)
+            if isinstance(pid, int) and isinstance(code, int):
+                note_exit(run_dir, pid, code)
+
+        noted._dl2_wrapped = True  # type: ignore[attr-defined]
+        state.patch(exited, "__init__", noted)
+    if not _torchrun_agent():
+        return  # its worker API is imported in torchrun's agent only, not in every rank
+    try:
+        from torch.distributed.elastic.multiprocessing import api
+    except Exception:
+        return
+    wait = getattr(api.PContext, "wait", None)
+    if wait is None or getattr(wait, "_dl2_wrapped", False):
+        return
+
+    @functools.wraps(wait)
+    def waited(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = wait(self, *args, **kwargs)
+        try:
+            failures = getattr(result, "failures", None)
+            if failures and not getattr(self, "_dl2_noted", False):
+                # the first failure only: the agent then ends the other workers itself
+                # (SIGTERM) and reports those endings among the failures too
+                self._dl2_noted = True
+                first = min(failures.values(), key=lambda f: f.timestamp)
+                note_exit(run_dir, first.pid, first.exitcode)
+        except Exception:
+            pass
+        return result
+
+    waited._dl2_wrapped = True  # type: ignore[attr-defined]
+    state.patch(api.PContext, "wait", waited)
+
+
+def _torchrun_agent() -> bool:
+    """Whether this process is torchrun's agent (``torchrun``, ``python -m
+    torch.distributed.run`` or ``.launch``): torch, imported first, installs dl2 before
+    torch.distributed.run itself is imported."""
+    launchers = ("torch.distributed.run", "torch.distributed.launch")
+    if any(name in sys.modules for name in launchers):
+        return True
+    argv = list(getattr(sys, "orig_argv", None) or sys.argv or [""])
+    if os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun":
+        return True
+    return any(name in argv[:4] for name in launchers) or any(
+        os.path.basename(word) == "torchrun" for word in argv[:2]
+    )
 
 
 def _keeping_raised(fn: Any, *args: Any) -> Any:

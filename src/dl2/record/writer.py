@@ -54,6 +54,44 @@ ENV_RANK_PID = "DL2_RANK_PID"
 ENV_RUN_ID = "DL2_RUN_ID"
 
 
+#: files a launcher process of the job leaves in the run directory (one per launcher,
+#: ``.exits.<its pid>``): a line ``<pid> <exit status>`` for each rank it saw fail
+EXITS_PREFIX = ".exits."
+
+
+def note_exit(run_dir: str, pid: int, status: int) -> None:
+    """Note that the rank process ``pid`` ended with ``status`` (as ``waitpid`` tells
+    it: minus the signal that ended it), seen by the launcher that reaped it (the
+    status of a grandchild is lost to ``dl2 run`` otherwise).  Never raises."""
+    try:
+        path = os.path.join(run_dir, f"{EXITS_PREFIX}{os.getpid()}")
+        with open(path, "a", encoding="ascii") as handle:
+            handle.write(f"{int(pid)} {int(status)}\n")
+    except Exception:
+        pass
+
+
+def read_exits(run_dir: str) -> dict[int, int]:
+    """pid -> exit status of every rank a launcher noted (:func:`note_exit`); the
+    first noted for a pid wins, a line that cannot be read is skipped."""
+    found: dict[int, int] = {}
+    try:
+        names = [n for n in os.listdir(run_dir) if n.startswith(EXITS_PREFIX)]
+    except OSError:
+        return found
+    for name in names:
+        try:
+            with open(os.path.join(run_dir, name), encoding="ascii", errors="replace") as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 2 and all(p.lstrip("-").isdigit() for p in parts):
+                found.setdefault(int(parts[0]), int(parts[1]))
+    return found
+
+
 def rendezvous_mark(run_dir: str, pid: int) -> str:
     """The empty file a process leaves in the run directory as it enters torch's
     rendezvous (``init_process_group`` meeting the other ranks, before its group and

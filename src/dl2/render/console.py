@@ -147,8 +147,11 @@ def headline(report: Report) -> str:
         return f"DEFECT: {_count(len(findings), 'communication defect')}, no deadlock ({kinds})"
     if report.verdict is Verdict.JOB_FAILED:
         killed = [s.rank for s in report.ranks if s.status is RankStatus.KILLED]
-        # the ranks whose failing op the findings trace to a rank that is gone
+        # the ranks whose failing op the findings trace to a rank that is gone, and those
+        # a finding shows waiting on a killed rank (its launcher ended them after it:
+        # mp.spawn and torchrun stop the other ranks once one is gone)
         orphaned = {f.ops[0].rank for f in findings if f.kind is FindingKind.ORPHANED_WAIT}
+        orphaned |= {op.rank for f in findings if set(f.ranks) & set(killed) for op in f.ops}
         on_their_own = [
             s.rank for s in report.ranks if s.status is RankStatus.FAILED and s.rank not in orphaned
         ]

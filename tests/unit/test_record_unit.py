@@ -755,11 +755,18 @@ def test_where_a_wait_on_futures_already_complete_is_not_communication() -> None
     assert waits["wait_all"]([done, pending], look) == "comm"
     pending.set_result(None)
     # AND a query on a work in dl2's hooks (is_completed(), polled by a rank that
-    # computes) is not, where its wait is
+    # computes; the future dl2 wraps for the user) is not, where its wait is
     works_file = os.path.join(os.path.dirname(stack.__file__), "works.py")
     hooks = _api_functions(works_file, source.replace("wait_all", "is_completed"))
     assert hooks["is_completed"]([pending], look) == "python"
     assert hooks["wait"](pending, look) == "comm"
+    wrap = _api_functions(works_file, source.replace("wait_all", "watched_future"))
+    assert wrap["watched_future"]([pending], look) == "python"
+    # AND a future built, chained or completed (a user's own pipeline of futures)
+    # returns at once, whatever its futures
+    for name in ("then", "set_result", "collect_all", "add_done_callback", "__init__"):
+        chained = _api_functions(futures_file, source.replace("def wait(", f"def {name}("))
+        assert chained[name](pending, look) == "python", name
 
 
 def test_where_plain_python_in_torch_distributed_is_communication_only_once_still() -> None:
@@ -842,6 +849,8 @@ def test_a_thread_starved_of_cpu_or_in_disk_io_is_not_waiting_in_communication()
     try:
         # WHEN it sleeps (state S) and neither runs nor waits for a CPU: a wait
         assert still_after([(1_000, "S")] * 4) == pytest.approx(0.6)
+        # WHEN it sleeps on a clock (time.sleep in a poll loop): no wait on anyone
+        assert still_after([(1_000, "C")] * 4) == 0.0
         # WHEN it waits on the run queue (CPU time plus run-queue time move by half the
         # time between looks): starved, not waiting on anything
         starved = [(1_000 + look * 100_000_000, "R") for look in range(4)]
@@ -990,3 +999,27 @@ def test_the_exits_a_launcher_notes_read_back_and_bad_lines_are_skipped(tmp_path
     # THEN each rank's first noted status comes back, the rest is skipped
     assert read_exits(str(tmp_path)) == {4321: -9, 4322: 1}
     assert read_exits(str(tmp_path / "missing")) == {}
+
+
+def test_a_thread_in_time_sleep_is_told_from_one_waiting_on_an_event() -> None:
+    import time
+
+    from dl2.record import watchdog
+
+    # GIVEN a thread in time.sleep and one waiting on an event (a futex, as gloo waits)
+    event = threading.Event()
+    sleeper = threading.Thread(target=time.sleep, args=(3,), daemon=True)
+    waiter = threading.Thread(target=event.wait, daemon=True)
+    sleeper.start()
+    waiter.start()
+    try:
+        time.sleep(0.3)
+        slept, waited = (watchdog._thread_times(t.ident or 0) for t in (sleeper, waiter))
+        # THEN the first sleeps on a clock, the second waits
+        if not watchdog._SLEEPS:
+            pytest.skip(f"no sleep system calls known for {os.uname().machine}")
+        assert slept is not None and slept[1] == "C"
+        assert waited is not None and waited[1] == "S"
+    finally:
+        event.set()
+        waiter.join(5)

@@ -268,7 +268,8 @@ _BACKWARD_NAMES = frozenset({"_engine_run_backward", "run_backward"})
 # ``future.wait()``: no dl2 frame on that stack)
 _FUTURES_DIRS = tuple(os.path.join(d, "futures", "") for d in _TORCH_DIRS)
 _COMM_DIRS = _FUTURES_DIRS + tuple(os.path.join(d, "record", "") for d in _DL2_DIRS)
-#: functions there that never wait: a work's queries, a future's done()
+#: functions there that never wait: a work's queries, a future's done(), dl2's wrapping
+#: of a work's future for the user (its callbacks counted as threads)
 _QUERY_NAMES = frozenset(
     {
         "is_completed",
@@ -281,8 +282,14 @@ _QUERY_NAMES = frozenset(
         "_get_duration",
         "done",
         "__del__",
+        "watched_future",
+        "counting",
+        "attach",
+        "transfer",
     }
 )
+#: torch.futures' functions that wait (on a future not complete)
+_FUTURE_WAITS = frozenset({"wait", "value", "wait_all"})
 _DIST_DIRS = tuple(os.path.join(d, "distributed", "") for d in _TORCH_DIRS)
 #: seconds a frame elsewhere in torch.distributed, or a backward pass, must stay at one
 #: instruction without running before it counts as blocked in communication:
@@ -337,13 +344,18 @@ def where(frame: FrameType | None, still_s: float = 0.0, in_call: bool = False) 
 def _returns_at_once(frame: FrameType) -> bool:
     """Whether ``frame``, of torch.futures or of dl2's recording hooks, is a call that
     returns at once: a query on a work (``work.is_completed()`` asked by a rank that
-    computes meanwhile), or a wait on futures already complete (a checkpoint writer's
-    ``write_data(...).wait()``).  The watchdog gets the GIL as such a call releases it,
-    and must not take that instant for a wait in communication."""
-    if frame.f_code.co_name in _QUERY_NAMES:
+    computes meanwhile), a future built, chained or completed (``then``,
+    ``set_result``, ``collect_all``: a user's own pipeline of futures), or a wait on
+    futures already complete (a checkpoint writer's ``write_data(...).wait()``).  The
+    watchdog gets the GIL as such a call releases it, and must not take that instant
+    for a wait in communication."""
+    name = frame.f_code.co_name
+    if name in _QUERY_NAMES:
         return True
     if not frame.f_code.co_filename.startswith(_FUTURES_DIRS):
         return False
+    if name not in _FUTURE_WAITS:
+        return True
     try:
         local = frame.f_locals
         futures = [local["self"]] if "self" in local else list(local.get("futures") or ())

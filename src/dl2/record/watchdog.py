@@ -24,6 +24,7 @@ while the main thread is blocked.  It never raises.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -39,13 +40,33 @@ QUIET_NS = 300_000_000
 POLL_TICKS = 5
 
 
+#: the sleep system calls (``time.sleep``) by machine: a thread in one waits on a
+#: clock, not on communication (a launcher's poll loop, a retry's back-off)
+_SLEEPS = {
+    "x86_64": (b"35", b"230"),  # nanosleep, clock_nanosleep
+    "aarch64": (b"101", b"115"),
+}.get(os.uname().machine, ())
+
+
+def _in_sleep(native: int) -> bool:
+    """Whether thread ``native`` is inside a sleep system call now (False when its
+    ``/proc/self/task/<tid>/syscall`` cannot be read)."""
+    if not _SLEEPS:
+        return False
+    try:
+        with open(f"/proc/self/task/{native}/syscall", "rb") as handle:
+            return handle.read().split(b" ", 1)[0] in _SLEEPS
+    except OSError:
+        return False
+
+
 def _thread_times(ident: int) -> tuple[int, str] | None:
     """The time (ns) the Python thread ``ident`` has run or waited to run so far (CPU
     time plus time runnable on a run queue, from ``/proc/self/task/<tid>/schedstat``)
     and its scheduler state now ("S" sleeping, "D" in disk I/O, "R" runnable, ...,
-    from ``stat``); None when not known (the thread ended, no /proc).  Never
-    ``pthread_getcpuclockid``: given a thread that just ended, it may crash the
-    process."""
+    from ``stat``; "C" for a sleep on a clock, :func:`_in_sleep`); None when not known
+    (the thread ended, no /proc).  Never ``pthread_getcpuclockid``: given a thread that
+    just ended, it may crash the process."""
     try:
         thread = threading._active.get(ident)  # type: ignore[attr-defined]
         native = getattr(thread, "native_id", None)
@@ -56,6 +77,8 @@ def _thread_times(ident: int) -> tuple[int, str] | None:
         with open(f"/proc/self/task/{native}/stat", "rb") as handle:
             stat = handle.read()
         state = stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3].decode()
+        if state == "S" and _in_sleep(native):
+            state = "C"
         return int(fields[0]) + int(fields[1]), state
     except (OSError, ValueError, IndexError, AttributeError):
         return None
@@ -111,7 +134,8 @@ class Watchdog:
         plus its time runnable but not scheduled moved by more than a tenth of the time
         between looks: a thread starved of CPU on a busy host stays at its instruction
         too); when it is in disk I/O (state "D": an ``fsync`` under write-back, not
-        communication); or when its times cannot be read."""
+        communication) or in ``time.sleep`` (a poll loop of torch.distributed's
+        launcher utilities); or when its times cannot be read."""
         times = _thread_times(ident)
         spot = (ident, id(frame.f_code), frame.f_lasti) if frame is not None else None
         if times is None:

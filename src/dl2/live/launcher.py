@@ -205,22 +205,12 @@ def _signal_group(pid: int, sig: int) -> None:
 def has_children(pid: int) -> bool:
     """True if process ``pid`` on this host has a child process alive (Linux'
     ``/proc/PID/task/TID/children``; False when that cannot be read)."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
-                if handle.read().strip():
-                    return True
-        except OSError:
-            continue
-    return False
+    return bool(_children(pid))
 
 
 def _children(pid: int) -> list[int]:
-    """The live child processes of ``pid`` on this host (none when unreadable)."""
+    """The live child processes of ``pid`` on this host (Linux'
+    ``/proc/PID/task/TID/children``; none when that cannot be read)."""
     found: list[int] = []
     try:
         tasks = os.listdir(f"/proc/{pid}/task")

@@ -225,9 +225,12 @@ def test_where() -> None:
     assert comm(lambda: stack.where(sys._getframe(1), in_call=True)) == "comm"
     graph = os.path.join(stack._TORCH_DIRS[0], "autograd", "graph.py")
     backward = _api_function("_engine_run_backward", graph)
-    assert backward(lambda: stack.where(sys._getframe(), still_s=stack.STILL_S)) == "backward"
+    inside = lambda: stack.where(sys._getframe(1), still_s=stack.STILL_S)  # noqa: E731
+    assert backward(inside) == "backward"
     # a backward that computes (not still) waits on nothing
-    assert backward(lambda: stack.where(sys._getframe())) == "python"
+    assert backward(lambda: stack.where(sys._getframe(1))) == "python"
+    # nor does Python code the engine runs (a custom backward waiting on a queue)
+    assert backward(lambda: stack.where(sys._getframe(), still_s=stack.STILL_S)) == "python"
     assert stack.where(None) == "python"
 
 
@@ -708,9 +711,10 @@ def test_where_a_thread_waits_on_a_future_is_communication() -> None:
 
     import torch
 
-    # GIVEN a thread blocked in torch.futures.wait_all on a work's future (gloo's works
-    # hand back such futures: no dl2 frame is on that stack)
+    # GIVEN a thread blocked in torch.futures.wait_all on a work's future (as dl2 wraps
+    # it for the user: no dl2 frame is on that stack)
     future: Any = torch.futures.Future()
+    future._dl2_work = True
     thread = threading.Thread(target=torch.futures.wait_all, args=([future],), daemon=True)
     thread.start()
     try:
@@ -746,13 +750,20 @@ def test_where_a_wait_on_futures_already_complete_is_not_communication() -> None
     done: Any = torch.futures.Future()
     done.set_result(None)
     pending: Any = torch.futures.Future()
+    pending._dl2_work = True  # a work's future, as dl2 hands it to the user
+    chained = torch.futures.Future().then(lambda f: f.value())  # one torch made
+    own: Any = torch.futures.Future()  # the user's own, completed by a thread of theirs
     look = lambda: stack.where(sys._getframe(1))  # noqa: E731
     # THEN a wait on futures all complete returns at once: not a wait in communication
     assert waits["wait"](done, look) == "python"
     assert waits["wait_all"]([done, done], look) == "python"
-    # AND one on a future not complete is
+    # AND one on a work's future not complete is, or on a future torch chained
     assert waits["wait"](pending, look) == "comm"
     assert waits["wait_all"]([done, pending], look) == "comm"
+    assert waits["wait_all"]([chained], look) == "comm"
+    # AND one on the user's own future is not (a timer or a thread of theirs sets it)
+    assert waits["wait"](own, look) == "python"
+    assert waits["wait_all"]([done, own], look) == "python"
     pending.set_result(None)
     # AND a query on a work in dl2's hooks (is_completed(), polled by a rank that
     # computes; the future dl2 wraps for the user) is not, where its wait is

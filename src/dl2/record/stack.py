@@ -317,9 +317,9 @@ def where(frame: FrameType | None, still_s: float = 0.0, in_call: bool = False) 
         blocking op, in torch.futures waiting on a future not complete, or in dl2's
         recording hooks (a communication call or a wait, also on a work's future), or
         elsewhere in torch.distributed (its API included) and still; "backward"
-        when an autograd backward pass is on the stack and the thread is still (DDP's
-        backward waiting on its buckets; one that computes is "python"); "python"
-        otherwise.
+        when the thread is still inside the autograd engine's backward call (DDP's
+        backward waiting on its buckets; one that computes, or Python code it runs,
+        is "python"); "python" otherwise.
     """
     f = frame
     if f is not None:
@@ -331,13 +331,14 @@ def where(frame: FrameType | None, still_s: float = 0.0, in_call: bool = False) 
             or (still_s >= STILL_S and (name.startswith(_DIST_DIRS) or name in _API_FILES))
         ):
             return "comm"
-    if still_s < STILL_S:
+    if still_s < STILL_S or f is None:
         return "python"  # running: a backward that computes is not waiting on anything
-    while f is not None:
-        code = f.f_code
-        if code.co_name in _BACKWARD_NAMES and code.co_filename.startswith(_TORCH_DIRS):
-            return "backward"
-        f = f.f_back
+    code = f.f_code
+    if code.co_name in _BACKWARD_NAMES and code.co_filename.startswith(_TORCH_DIRS):
+        # still inside the autograd engine itself (DDP's reducer waits there); Python
+        # code the engine runs (a custom backward, a hook) waiting on a queue is no
+        # wait on communication
+        return "backward"
     return "python"
 
 
@@ -359,9 +360,20 @@ def _returns_at_once(frame: FrameType) -> bool:
     try:
         local = frame.f_locals
         futures = [local["self"]] if "self" in local else list(local.get("futures") or ())
-        return bool(futures) and all(future.done() for future in futures)
+        return bool(futures) and not any(_awaits_work(future) for future in futures)
     except Exception:
         return False
+
+
+def _awaits_work(future: object) -> bool:
+    """Whether a wait on ``future`` may wait on communication: it is not complete, and
+    it is a work's (wrapped by dl2 for the user, marked ``_dl2_work``) or one torch
+    made (a work's raw future, a ``then`` chained on one), not a plain
+    ``torch.futures.Future()`` of the user's own, which a thread of theirs completes."""
+    if future.done():  # type: ignore[attr-defined]
+        return False
+    own = getattr(sys.modules.get("torch.futures"), "Future", None)  # the user's kind
+    return bool(getattr(future, "_dl2_work", False)) or type(future) is not own
 
 
 def current_frame(depth: int = 0) -> FrameType:

@@ -278,6 +278,7 @@ def watched_future(future: Any, recorder: Recorder) -> Any:
     a rank waiting elsewhere meanwhile is not stuck.  Waiting on it is what waiting on
     ``future`` is (``torch.futures.wait_all`` included)."""
     chained: Any = torch.futures.Future()
+    chained._dl2_work = True  # a wait on it waits on the op (see stack.where)
     lock = threading.Lock()
     state = {"counted": False, "done": False}
 

@@ -1034,3 +1034,23 @@ def test_a_thread_in_time_sleep_is_told_from_one_waiting_on_an_event() -> None:
     finally:
         event.set()
         waiter.join(5)
+
+
+def test_done_asked_of_a_works_future_is_a_poll_of_the_op(tmp_path: Path) -> None:
+    import torch
+
+    from dl2.record.recorder import Recorder
+    from dl2.record.works import watched_future
+
+    rec = Recorder(str(tmp_path))
+    # GIVEN the future of pending op 7, as the user's code gets it
+    real: Any = torch.futures.Future()
+    rec.pending[7] = object()
+    future = watched_future(real, rec, 7)
+    # WHEN the user asks done() while it is pending (a loop that spins on it)
+    assert future.done() is False
+    # THEN it counts as a poll of op 7, from the user's line, as is_completed() does
+    assert 7 in rec.polled
+    # AND once complete, done() says so
+    real.set_result([1])
+    assert future.done() is True

@@ -233,7 +233,7 @@ class RecordedWork(ForwardingWork):
             caller = _getframe(1).f_code.co_filename
             if file_kind(caller) == LIB or self._dl2_work.is_completed():
                 return future  # torch's own (DDP's reducer, from C++), or done already
-            return watched_future(future, self._dl2_rec)
+            return watched_future(future, self._dl2_rec, self._dl2_oid)
         except Exception:
             return future
 
@@ -270,16 +270,30 @@ def _cpu_only() -> bool:
         return False
 
 
-def watched_future(future: Any, recorder: Recorder) -> Any:
+def watched_future(future: Any, recorder: Recorder, oid: int = 0) -> Any:
     """A future completed with ``future`` (its value or its error), whose ``then`` and
     ``add_done_callback`` count as a thread of the user's code from the first callback
     given until the callbacks ran: a callback runs when the op completes, in a thread
     of gloo's, and may itself communicate (``work.get_future().then(send_reply)``), so
     a rank waiting elsewhere meanwhile is not stuck.  Waiting on it is what waiting on
-    ``future`` is (``torch.futures.wait_all`` included)."""
+    ``future`` is (``torch.futures.wait_all`` included), and its ``done()`` asked while
+    op ``oid`` is pending is a poll of it, as ``work.is_completed()`` is (a loop
+    spinning on it is told from a rank that computes: see Watchdog.tick)."""
     chained: Any = torch.futures.Future()
     chained._dl2_work = True  # a wait on it waits on the op (see stack.where)
     lock = threading.Lock()
+    asked = chained.done
+
+    def done() -> bool:
+        finished = bool(asked())
+        if not finished and oid:
+            try:
+                if oid in recorder.pending and oid not in recorder.polled:
+                    recorder.polled[oid] = user_stack_id(_getframe(1))
+            except Exception:
+                pass
+        return finished
+
     state = {"counted": False, "done": False}
 
     def counting(method: Any) -> Any:
@@ -308,6 +322,7 @@ def watched_future(future: Any, recorder: Recorder) -> Any:
 
     chained.then = counting(chained.then)
     chained.add_done_callback = counting(chained.add_done_callback)
+    chained.done = done
     future.add_done_callback(transfer)
     return chained
 

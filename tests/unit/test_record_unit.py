@@ -1054,3 +1054,31 @@ def test_done_asked_of_a_works_future_is_a_poll_of_the_op(tmp_path: Path) -> Non
     # AND once complete, done() says so
     real.set_result([1])
     assert future.done() is True
+
+
+def test_a_future_chained_on_a_works_future_is_marked_as_waiting_on_the_op(tmp_path: Path):
+    import torch
+
+    from dl2.record.recorder import Recorder
+    from dl2.record.works import marked_future
+    from dl2.record.works import watched_future
+
+    rec = Recorder(str(tmp_path))
+    real: Any = torch.futures.Future()
+    future = watched_future(real, rec, 3)
+    # GIVEN a then() chained on a work's future, and a collect_all of it (torch makes
+    # both in C++: a wait on them runs under the user's own line)
+    chained = future.then(lambda f: f.value()[0] * 2)
+    combined = marked_future(torch.futures.collect_all([future]))
+    # THEN they come back as Python futures marked as a work's, waited on in
+    # torch.futures where the watchdog sees the wait, with the values torch's give
+    assert getattr(chained, "_dl2_work", False) and getattr(combined, "_dl2_work", False)
+    real.set_result([5])
+    assert chained.wait() == 10
+    assert [f.value() for f in combined.wait()] == [[5]]
+    # AND an error reaches them as it would torch's own
+    failing: Any = torch.futures.Future()
+    failed = watched_future(failing, rec, 4).then(lambda f: f.value())
+    failing.set_exception(RuntimeError("peer gone"))
+    with pytest.raises(RuntimeError, match="peer gone"):
+        failed.wait()

@@ -42,6 +42,7 @@ from dl2.record.stack import capture
 from dl2.record.stack import classify_file
 from dl2.record.stack import in_distributed_call
 from dl2.record.stack import user_stack_id
+from dl2.record.works import marked_future
 from dl2.record.writer import note_exit
 from dl2.record.writer import rendezvous_mark
 
@@ -306,6 +307,23 @@ def _patch(state: _Installed, dist: Any) -> None:
 
         return translate
 
+    futures_mod = sys.modules.get("torch.futures")
+    original_collect: Any = getattr(futures_mod, "collect_all", None)
+
+    def collect_all(futures: Any) -> Any:
+        # the combined future of a work's futures is waited on under the user's line:
+        # a Python future marked as a work's lets the watchdog see that wait
+        combined = original_collect(futures)
+        try:
+            if any(getattr(f, "_dl2_work", False) for f in futures):
+                return marked_future(combined)
+        except Exception:
+            pass
+        return combined
+
+    if original_collect is not None:
+        functools.update_wrapper(collect_all, original_collect)
+        state.patch(futures_mod, "collect_all", collect_all)
     original_rendezvous: Any = getattr(c10d, "rendezvous", None)
 
     def rendezvous(*args: Any, **kwargs: Any) -> Any:

@@ -320,11 +320,33 @@ def watched_future(future: Any, recorder: Recorder, oid: int = 0) -> Any:
                 if state["counted"]:
                     recorder.thread_ended()
 
-    chained.then = counting(chained.then)
+    then = chained.then
+    chained.then = counting(lambda callback: marked_future(then(callback)))
     chained.add_done_callback = counting(chained.add_done_callback)
     chained.done = done
     future.add_done_callback(transfer)
     return chained
+
+
+def marked_future(future: Any) -> Any:
+    """A Python future completed with ``future`` (a C++ one torch made: a ``then`` on a
+    work's future, a ``collect_all`` of some), marked as waiting on an op: a wait on
+    the C++ one runs under the user's own line, where the watchdog cannot tell it from
+    computing; a wait on this one runs in torch.futures, where it can (see
+    :func:`dl2.record.stack.where`)."""
+    out: Any = torch.futures.Future()
+    out._dl2_work = True
+
+    def move(done: Any) -> None:
+        try:
+            value = done.value()
+        except Exception as err:
+            out.set_exception(err)
+        else:
+            out.set_result(value)
+
+    future.add_done_callback(move)
+    return out
 
 
 def work_completed(work: Any) -> bool:

@@ -42,7 +42,6 @@ from dl2.record.stack import capture
 from dl2.record.stack import classify_file
 from dl2.record.stack import in_distributed_call
 from dl2.record.stack import user_stack_id
-from dl2.record.works import marked_future
 from dl2.record.writer import note_exit
 from dl2.record.writer import rendezvous_mark
 
@@ -306,6 +305,8 @@ def _patch(state: _Installed, dist: Any) -> None:
                 return found
 
         return translate
+
+    from dl2.record.works import marked_future  # imports torch: here, not at import
 
     futures_mod = sys.modules.get("torch.futures")
     original_collect: Any = getattr(futures_mod, "collect_all", None)

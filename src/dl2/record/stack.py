@@ -286,6 +286,9 @@ _QUERY_NAMES = frozenset(
         "counting",
         "attach",
         "transfer",
+        "marked_future",
+        "_complete_with",
+        "<lambda>",
     }
 )
 #: torch.futures' functions that wait (on a future not complete)

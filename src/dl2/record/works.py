@@ -308,12 +308,7 @@ def watched_future(future: Any, recorder: Recorder, oid: int = 0) -> Any:
 
     def transfer(done: Any) -> None:
         try:
-            try:
-                value = done.value()
-            except Exception as err:
-                chained.set_exception(err)
-            else:
-                chained.set_result(value)
+            _complete_with(chained, done)
         finally:  # the callbacks ran inside set_result / set_exception
             with lock:
                 state["done"] = True
@@ -336,17 +331,18 @@ def marked_future(future: Any) -> Any:
     :func:`dl2.record.stack.where`)."""
     out: Any = torch.futures.Future()
     out._dl2_work = True
-
-    def move(done: Any) -> None:
-        try:
-            value = done.value()
-        except Exception as err:
-            out.set_exception(err)
-        else:
-            out.set_result(value)
-
-    future.add_done_callback(move)
+    future.add_done_callback(lambda done: _complete_with(out, done))
     return out
+
+
+def _complete_with(future: Any, done: Any) -> None:
+    """Complete ``future`` with what the completed ``done`` holds: its value or error."""
+    try:
+        value = done.value()
+    except Exception as err:
+        future.set_exception(err)
+    else:
+        future.set_result(value)
 
 
 def work_completed(work: Any) -> bool:

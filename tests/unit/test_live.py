@@ -271,6 +271,23 @@ def test_a_rank_held_only_by_its_watchdogs_word_is_proven_after_a_grace(tmp_path
         assert time.monotonic() - started >= monitor_mod.STATE_GRACE_S
 
 
+def test_a_rank_stalled_in_backward_needs_no_grace(tmp_path):
+    # GIVEN rank 0 with DDP's all_reduce pending, which its watchdog saw still inside
+    # backward for 2 s (several looks already), and rank 1 in a recv from rank 0
+    r0, r1 = ranks(2)
+    work = r0.issue("all_reduce", 23, **{"async": True})
+    r0.state([work], "backward")
+    r1.call("recv", 29, peer=0, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices, hang_timeout=30)
+    # THEN the deadlock is proven at once, without the grace one look of "comm" gets
+    started = time.monotonic()
+    outcome = steps(monitor, 50)
+    assert outcome is not None and outcome.reason == "deadlock"
+    assert time.monotonic() - started < monitor_mod.STATE_GRACE_S
+
+
 def test_a_store_wait_nobody_can_explain_reaches_the_hang_timeout(tmp_path):
     # GIVEN rank 0 in a get on a store dl2 cannot tell (no clause), rank 1 waiting on it
     r0, r1 = ranks(2)

@@ -81,18 +81,22 @@ FAILED_GRACE_S = 1.0
 #: watchdog writes it within 0.2 s when none follows, so such a member may be running
 #: (its peers stopped a correct job 0.05 s after it issued an all_reduce, async_op=True)
 ISSUE_GRACE_S = 1.0
-#: seconds a deadlock set must stay unchanged when a member is held only by its
-#: watchdog's word (a ``state`` record: stalled on pending works, spinning on them):
-#: one look of the watchdog is one instant, and a rank that runs on is seen to within
-#: a period (0.2 s), when the next look writes what it does then
+#: seconds a deadlock set must stay unchanged when a member is held only by one look of
+#: its watchdog (a ``state`` record saying "comm": stalled on pending works): one look
+#: is one instant, and a rank that runs on is seen to within a period (0.2 s), when the
+#: next look writes what it does then
 STATE_GRACE_S = 0.5
 
 
 def _held_by_state(graph: ExecutionGraph, rank: int) -> bool:
-    """Whether the rank is held only by a watchdog ``state`` record (no open call)."""
+    """Whether the rank is held only by a watchdog ``state`` record (no open call) that
+    one look may have made: "comm" (a frame of a wait, seen once).  "backward" and
+    "poll" are already the word of several looks (still for 2 s, polls in 5 ticks)."""
     timeline = graph.timelines.get(rank)
-    blocked = timeline.blocked if timeline is not None else None
-    return blocked is not None and blocked.how in ("stall", "poll")
+    if timeline is None or timeline.blocked is None or timeline.blocked.how != "stall":
+        return False
+    state = timeline.last_state
+    return state is not None and state.where == "comm"
 
 
 def _issuing(graph: ExecutionGraph, rank: int) -> bool:

@@ -241,24 +241,30 @@ def test_a_store_get_in_a_wait_cycle_is_proven_online(tmp_path):
     assert first.ranks == (0, 1) and first.ops[0].op == "store_get"
 
 
-@pytest.mark.parametrize("runs_on", [False, True])
-def test_a_rank_held_only_by_its_watchdogs_word_is_proven_after_a_grace(tmp_path, runs_on):
-    # GIVEN rank 0 with an async all_reduce pending, which its watchdog saw waiting
-    # ("comm"), and rank 1 in a recv from rank 0
+def stalled_on_pending(tmp_path: Path, where: str) -> tuple[Monitor, FakeJob, RankBuilder, int]:
+    """Rank 0 with an async all_reduce pending, which its watchdog reported as ``where``
+    (stalled on it), and rank 1 in a recv from rank 0: the monitor, job, rank 0's
+    builder and the all_reduce's id."""
     r0, r1 = ranks(2)
     work = r0.issue("all_reduce", 23, **{"async": True})
-    r0.state([work], "comm")
+    r0.state([work], where)
     r1.call("recv", 29, peer=0, complete=False)
     run_dir = write_run_dir([r0, r1], tmp_path / "run")
-    job, notices = FakeJob(2), []
-    monitor = make_monitor(run_dir, job, notices, hang_timeout=30)
+    job = FakeJob(2)
+    return make_monitor(run_dir, job, [], hang_timeout=30), job, r0, work
+
+
+@pytest.mark.parametrize("runs_on", [False, True])
+def test_a_rank_held_only_by_its_watchdogs_word_is_proven_after_a_grace(tmp_path, runs_on):
+    # GIVEN rank 0 stalled on a pending all_reduce by one look of its watchdog ("comm")
+    monitor, job, r0, work = stalled_on_pending(tmp_path, "comm")
     # WHEN the monitor polls for less than the grace: one look is one instant
     started = time.monotonic()
     assert steps(monitor, int(monitor_mod.STATE_GRACE_S / POLL / 2)) is None
     if runs_on:
         # the next look finds the rank computing: it was a passing instant
         r0.state([work], "python")
-        path = next(run_dir.glob("rank00000*"))
+        path = next((tmp_path / "run").glob("rank00000*"))
         with path.open("a") as handle:
             handle.write(r0.records[-1])
     outcome = steps(monitor, 50)
@@ -272,15 +278,9 @@ def test_a_rank_held_only_by_its_watchdogs_word_is_proven_after_a_grace(tmp_path
 
 
 def test_a_rank_stalled_in_backward_needs_no_grace(tmp_path):
-    # GIVEN rank 0 with DDP's all_reduce pending, which its watchdog saw still inside
-    # backward for 2 s (several looks already), and rank 1 in a recv from rank 0
-    r0, r1 = ranks(2)
-    work = r0.issue("all_reduce", 23, **{"async": True})
-    r0.state([work], "backward")
-    r1.call("recv", 29, peer=0, complete=False)
-    run_dir = write_run_dir([r0, r1], tmp_path / "run")
-    job, notices = FakeJob(2), []
-    monitor = make_monitor(run_dir, job, notices, hang_timeout=30)
+    # GIVEN rank 0 stalled on DDP's pending all_reduce, seen still inside backward for
+    # 2 s (several looks already)
+    monitor, _, _, _ = stalled_on_pending(tmp_path, "backward")
     # THEN the deadlock is proven at once, without the grace one look of "comm" gets
     started = time.monotonic()
     outcome = steps(monitor, 50)

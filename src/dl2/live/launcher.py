@@ -32,6 +32,7 @@ import dl2
 from dl2.errors import ConfigError
 from dl2.errors import LaunchError
 from dl2.record.writer import ENV_RANK_PID
+from dl2.record.writer import ENV_RUN_DIR
 from dl2.record.writer import ENV_RUN_ID
 from dl2.record.writer import rendezvous_mark
 from dl2.trace.format import TRACE_SUFFIX
@@ -128,7 +129,7 @@ def recorder_env(run_dir: Path, extra: Mapping[str, str] | None = None) -> dict[
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
-    env["DL2_RUN_DIR"] = str(run_dir.resolve())
+    env[ENV_RUN_DIR] = str(run_dir.resolve())
     env[ENV_RUN_ID] = run_id(run_dir)
     env.pop(ENV_RANK_PID, None)  # the job's ranks descend from no rank
     env.setdefault("PYTHONUNBUFFERED", "1")
@@ -246,22 +247,18 @@ def starting_ranks(root: int, traced: Iterable[int], run_dir: Path) -> list[int]
             if child not in parent and child != root:
                 parent[child] = pid
                 todo.append(child)
-    near: set[int] = set()  # traced ranks, their ancestors and their descendants
-    for pid in parent:
-        chain, at = [], pid
-        while at in parent:
-            chain.append(at)
-            if at in traced:
-                near.update(chain)  # a traced rank's descendants
-                break
-            at = parent[at]
-    for pid in traced:
-        at = pid
-        while at in parent:
-            near.add(at)
-            at = parent[at]
+
+    def lineage(pid: int) -> Iterable[int]:
+        """``pid`` and its ancestors below ``root``."""
+        while pid in parent:
+            yield pid
+            pid = parent[pid]
+
+    traced_or_above = {at for pid in traced for at in lineage(pid)}
     found = []
-    for pid in sorted(set(parent) - near):
+    for pid in sorted(parent):
+        if pid in traced_or_above or any(at in traced for at in lineage(pid)):
+            continue  # a traced rank, its agent or spawner, or its worker
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 argv = handle.read().split(b"\0")
@@ -273,7 +270,7 @@ def starting_ranks(root: int, traced: Iterable[int], run_dir: Path) -> list[int]
             continue
         if any(helper in word for word in argv for helper in _HELPERS):
             continue
-        if b"\0DL2_RUN_DIR=" in b"\0" + environ and not os.path.exists(
+        if b"\0" + ENV_RUN_DIR.encode() + b"=" in b"\0" + environ and not os.path.exists(
             rendezvous_mark(str(run_dir), pid)
         ):
             found.append(pid)

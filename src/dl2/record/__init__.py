@@ -13,9 +13,9 @@ Environment:
 from __future__ import annotations
 
 from dl2.record.install import ENV_DISABLE
-from dl2.record.install import ENV_RUN_DIR
 from dl2.record.install import install
 from dl2.record.install import is_installed
 from dl2.record.install import uninstall
+from dl2.record.writer import ENV_RUN_DIR
 
 __all__ = ["ENV_DISABLE", "ENV_RUN_DIR", "install", "is_installed", "uninstall"]

@@ -42,13 +42,13 @@ from dl2.record.stack import capture
 from dl2.record.stack import classify_file
 from dl2.record.stack import in_distributed_call
 from dl2.record.stack import user_stack_id
+from dl2.record.writer import ENV_RUN_DIR
 from dl2.record.writer import note_exit
 from dl2.record.writer import rendezvous_mark
 
 _now = time.monotonic_ns
 
 BACKEND_NAME = "dl2"
-ENV_RUN_DIR = "DL2_RUN_DIR"
 ENV_DISABLE = "DL2_DISABLE"
 
 
@@ -813,8 +813,6 @@ def _torchrun_agent() -> bool:
     if any(name in sys.modules for name in launchers):
         return True
     argv = list(getattr(sys, "orig_argv", None) or sys.argv or [""])
-    if os.path.basename(sys.argv[0] if sys.argv else "") == "torchrun":
-        return True
     return any(name in argv[:4] for name in launchers) or any(
         os.path.basename(word) == "torchrun" for word in argv[:2]
     )

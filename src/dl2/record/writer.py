@@ -52,6 +52,8 @@ def retention_from_env() -> tuple[int, int]:
 ENV_RANK_PID = "DL2_RANK_PID"
 #: set by ``dl2 run`` for its job: the run's id, in every trace header
 ENV_RUN_ID = "DL2_RUN_ID"
+#: set by ``dl2 run`` for its job: the directory every process records into
+ENV_RUN_DIR = "DL2_RUN_DIR"
 
 
 #: files a launcher process of the job leaves in the run directory (one per launcher,

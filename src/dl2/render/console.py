@@ -151,7 +151,8 @@ def headline(report: Report) -> str:
         # a finding shows waiting on a killed rank (its launcher ended them after it:
         # mp.spawn and torchrun stop the other ranks once one is gone)
         orphaned = {f.ops[0].rank for f in findings if f.kind is FindingKind.ORPHANED_WAIT}
-        orphaned |= {op.rank for f in findings if set(f.ranks) & set(killed) for op in f.ops}
+        gone = set(killed)
+        orphaned |= {op.rank for f in findings if gone.intersection(f.ranks) for op in f.ops}
         on_their_own = [
             s.rank for s in report.ranks if s.status is RankStatus.FAILED and s.rank not in orphaned
         ]

@@ -283,31 +283,36 @@ def split_passes(buckets: Sequence[tuple[int, ...]]) -> list[int]:
     return [n] if n else []
 
 
-def _cyclic_sites(windows: Sequence[FusionWindow]) -> set[tuple[int, str, object]]:
+#: (group, line) -> rank -> the shapes of its passes there, in order
+SiteShapes = dict[tuple[str, object], dict[int, list[object]]]
+
+
+def _site_shapes(windows: Sequence[FusionWindow]) -> SiteShapes:
+    """(group, line) -> rank -> the shapes of its passes there, in order."""
+    shapes: SiteShapes = defaultdict(lambda: defaultdict(list))
+    for window in windows:
+        shapes[(window.gid, window.site)][window.rank].append(_shape(window.buckets))
+    return shapes
+
+
+def _cyclic_sites(shapes: SiteShapes) -> set[tuple[int, str, object]]:
     """The (rank, group, line) fusion sites whose passes repeat one cycle of two or more
     shapes, seen at least twice through (``A B A B``): a fixed order of several passes."""
-    shapes: dict[tuple[int, str, object], list[object]] = defaultdict(list)
-    for window in windows:
-        shapes[(window.rank, window.gid, window.site)].append(_shape(window.buckets))
     found = set()
-    for site, seen in shapes.items():
-        period = smallest_period(seen)
-        # a cycle of one shape is a cycle of two as well (A A A A): no variants there
-        if len(seen) >= 2 * max(period, 2):
-            found.add(site)
+    for (gid, site), by_rank in shapes.items():
+        for rank, seen in by_rank.items():
+            period = smallest_period(seen)
+            # a cycle of one shape is a cycle of two as well (A A A A): no variants there
+            if len(seen) >= 2 * max(period, 2):
+                found.add((rank, gid, site))
     return found
 
 
-def _agreed_sites(windows: Sequence[FusionWindow]) -> set[tuple[int, str, object]]:
+def _agreed_sites(shapes: SiteShapes) -> set[tuple[int, str, object]]:
     """The (rank, group, line) fusion sites at which every rank that fused there fused
     the same way as every other, pass after pass (two ranks or more): the order is
     agreed between ranks (computed from all-reduced values, or from the step's shared
     data), so a rank's passes fused two ways prove nothing of its own ready order."""
-    shapes: dict[tuple[str, object], dict[int, list[object]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for window in windows:
-        shapes[(window.gid, window.site)][window.rank].append(_shape(window.buckets))
     found: set[tuple[int, str, object]] = set()
     for (gid, site), by_rank in shapes.items():
         sequences = list(by_rank.values())
@@ -343,7 +348,8 @@ def fusion_witnesses(graph: ExecutionGraph, *, assume: bool = False) -> list[Fus
     # (two modules whose tensors have the same sizes, fused in their own fixed orders
     # at one line, alternate the same two shapes at every step, by no one's timing),
     # nor identically on every rank at every pass (an agreed order)
-    unproven = _cyclic_sites(windows) | _agreed_sites(windows)
+    shapes = _site_shapes(windows)
+    unproven = _cyclic_sites(shapes) | _agreed_sites(shapes)
     variants: dict[tuple[object, ...], dict[tuple[object, ...], FusionWindow]] = defaultdict(dict)
     for window in windows:
         if (window.rank, window.gid, window.site) in unproven:

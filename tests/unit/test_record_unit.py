@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import redirect_stderr
 from pathlib import Path
@@ -1082,3 +1083,46 @@ def test_a_future_chained_on_a_works_future_is_marked_as_waiting_on_the_op(tmp_p
     failing.set_exception(RuntimeError("peer gone"))
     with pytest.raises(RuntimeError, match="peer gone"):
         failed.wait()
+
+
+def test_a_thread_joining_a_helper_that_waits_on_a_work_waits_in_communication(
+    tmp_path: Path,
+) -> None:
+    import torch
+
+    from dl2.record.recorder import Recorder
+    from dl2.record.watchdog import _joined_wait
+    from dl2.record.works import watched_future
+
+    rec = Recorder(str(tmp_path))
+    # GIVEN a helper thread waiting on a pending work's future, another on a plain event
+    real: Any = torch.futures.Future()
+    future = watched_future(real, rec)
+    stop = threading.Event()
+    on_work = threading.Thread(target=future.wait, daemon=True)
+    on_event = threading.Thread(target=stop.wait, daemon=True)
+    # AND two threads joining them (the rank's main thread, as the watchdog sees it)
+    joiners = [threading.Thread(target=t.join, daemon=True) for t in (on_work, on_event)]
+    for thread in (on_work, on_event, *joiners):
+        thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            frames = sys._current_frames()
+            found = [_joined_wait(frames.get(j.ident or 0), frames, {}) for j in joiners]
+            if found[0] is not None:
+                break
+            time.sleep(0.05)
+        # THEN the join of the helper that waits on the work is a wait in communication,
+        # at the helper's frame; the join of the other is not
+        assert found[0] is not None and found[0] is frames[on_work.ident or 0]
+        assert stack.where(found[0]) == "comm"
+        assert found[1] is None
+        # AND a thread not joining anyone is not followed anywhere
+        assert _joined_wait(frames.get(on_event.ident or 0), frames, {}) is None
+        del frames, found
+    finally:
+        real.set_result([1])
+        stop.set()
+        for thread in (on_work, on_event, *joiners):
+            thread.join(5)

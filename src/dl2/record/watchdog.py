@@ -8,8 +8,10 @@ being waited on), where the rank's thread is ("comm", "backward", "python") and 
 user frames; or, when the rank has polled ``is_completed()`` on pending works in each of
 the last ``POLL_TICKS`` ticks, those works with "where": "poll" and the stack of the
 first poll (a loop spinning on them).  The thread watched is the one that issued the
-last op (at first, the main thread).  A state identical to the last one, with no
-activity in between, is not written again.
+last op (at first, the main thread); when it sits (still) joining a thread that waits
+in communication, a helper waiting on a work's future say, the rank waits where that
+thread does.  A state identical to the last one, with no activity in between, is not
+written again.
 
 While a device wait holds the rank's records back (:mod:`dl2.record.device`), each tick
 first releases what it can (the wait's op seen complete) and says nothing more while the
@@ -30,6 +32,7 @@ import threading
 import time
 from typing import Any
 
+from dl2.record.stack import STILL_S
 from dl2.record.stack import user_stack_id
 from dl2.record.stack import where
 
@@ -82,6 +85,32 @@ def _thread_times(ident: int) -> tuple[int, str] | None:
         return int(fields[0]) + int(fields[1]), state
     except (OSError, ValueError, IndexError, AttributeError):
         return None
+
+
+#: threading's functions a thread sits in while it joins another
+_JOINS = frozenset({"join", "_wait_for_tstate_lock"})
+_THREADING_FILE = threading.__file__
+
+
+def _joined_wait(frame: Any, frames: dict[int, Any], blocking: dict[int, int]) -> Any:
+    """The innermost frame of the thread that ``frame``'s thread joins (following a
+    chain of joins, at most 4 deep) when that thread waits in communication (a work's
+    or its future's wait, or a blocking op); else None.  The joining thread is still: a
+    rank whose main thread joins a helper that waits on a pending work waits there."""
+    for _ in range(4):
+        if frame is None or frame.f_code.co_filename != _THREADING_FILE:
+            return None
+        if frame.f_code.co_name not in _JOINS:
+            return None
+        joined = frame.f_locals.get("self")
+        ident = getattr(joined, "ident", None)
+        inner = frames.get(ident) if ident is not None else None
+        if inner is None:
+            return None
+        if where(inner, 0.0, ident in blocking) == "comm":
+            return inner
+        frame = inner
+    return None
 
 
 class Watchdog:
@@ -175,11 +204,18 @@ class Watchdog:
         frames = sys._current_frames()
         # The thread that issues the ops (the main thread until one issues any).
         frame = frames.get(rec.last_tid) or frames.get(self._main_ident or 0)
-        del frames
         blocking = rec.blocking
         pending = still + list(blocking.values())
         watched = rec.last_tid or self._main_ident or 0
-        doing = where(frame, self._still_s(frame, watched, now), watched in blocking)
+        still_s = self._still_s(frame, watched, now)
+        doing = where(frame, still_s, watched in blocking)
+        if doing == "python" and still_s >= STILL_S:
+            # asleep in a join of a thread that waits in communication: the rank waits there
+            joined = _joined_wait(frame, frames, blocking)
+            if joined is not None:
+                frame, doing = joined, "comm"
+            del joined
+        del frames
         spinning = sorted(oid for oid in polled if oid in still)
         if doing != "comm" and spinning and self._poll_ticks >= POLL_TICKS:
             # Quiet, yet polling is_completed() on pending works tick after tick: the

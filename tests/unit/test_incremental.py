@@ -84,6 +84,30 @@ def test_a_deadlock_after_a_folded_history_has_the_same_cycle_and_lines():
     assert any(w.startswith("fusion check skipped: ") for w in report.warnings)
 
 
+def test_once_history_was_folded_the_model_keeps_only_its_tail():
+    # GIVEN a long healthy history, then a ring deadlock
+    traces = session(healthy_then_ring(4, 300, p2p_every=7))
+    whole = analyze(traces)
+    # WHEN the model keeps every op up to 400, then folds down to a tail of 40
+    model = Model(window=400, tail=40)
+    sizes = []
+    for trace, records, _ in _round_robin(traces):
+        model.feed(trace.path, trace.header, records)
+        sizes.append((model.matcher.folded > 0, model.matcher.retained))
+    graph = model.graph()
+    report = analyze(traces, graph=graph)
+    # THEN it kept up to its window before the first fold, and its tail after it (plus
+    # the ops a rank is ahead of the others)
+    assert max(kept for folded, kept in sizes if not folded) > 390
+    after = [kept for folded, kept in sizes if folded]
+    assert len(after) > 1000 and max(after[10:]) <= 40 + 8
+    # AND the verdict, cycle and lines are those of the whole history
+    assert report.findings[0] == whole.findings[0]
+    assert report.findings[0].cycle == (0, 1, 2, 3)
+    # AND a tail is never more than the window
+    assert Model(window=30).tail == 30 and Model(window=None).tail is None
+
+
 def _round_robin(traces):
     """One record of each rank in turn: (trace, records, last)."""
     positions = dict.fromkeys(traces.traces, 0)

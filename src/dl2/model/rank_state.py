@@ -411,12 +411,14 @@ class RankModel:
         if self.ended == "destroy" and n_ops > self.ended_ops:
             self.ended = None  # ops after destroy (init_process_group again): it goes on
 
-    def feed_calls(self, ops: Sequence[OpRecord], wait_ids: Sequence[int]) -> None:
+    def feed_calls(self, ops: Sequence[OpRecord], wait_ids: Sequence[int] | None = None) -> None:
         """Blocking calls that follow the records fed so far: ``ops[k]`` and
         ``wait_ids[k]`` stand for the four records ``op``, ``ret`` of it (no ``err``),
-        ``wait`` (id ``wait_ids[k]``, on it), ``ret`` of the wait (no ``err``, no
-        ``src``), with the outcome of :meth:`feed` of those records (their times, threads
-        and stacks are not read)."""
+        ``wait`` (id ``wait_ids[k]``, None: the op's id + 1, on it), ``ret`` of the wait
+        (no ``err``, no ``src``), with the outcome of :meth:`feed` of those records
+        (their times, threads and stacks are not read)."""
+        if wait_ids is None:
+            wait_ids = [rec.id + 1 for rec in ops]
         waits = self.waits
         calls = self.open_calls
         model_ops = self.ops

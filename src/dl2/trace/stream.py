@@ -31,6 +31,7 @@ from dl2.trace.format import stream_of
 from dl2.trace.schema.decode import Header
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
+from dl2.trace.schema.reader import CallRun
 from dl2.trace.session import Session
 from dl2.trace.session import build_session
 from dl2.trace.session import group_streams
@@ -51,8 +52,9 @@ MIN_CHUNK_BYTES = 1 << 10
 
 #: takes (file, its header, new records, truncation note once the file is read through)
 Sink = Callable[[str, Header, Sequence[Record], str | None], None]
-#: takes (file, its header, the ops of plain blocking calls, their waits' ids)
-CallsSink = Callable[[str, Header, Sequence[OpRecord], Sequence[int]], None]
+#: takes (file, its header, the ops of plain blocking calls, their waits' ids or None:
+#: each op's id + 1)
+CallsSink = Callable[[str, Header, Sequence[OpRecord], Sequence[int] | None], None]
 
 
 class _Reader:
@@ -193,21 +195,17 @@ def _split(
     items: list[Any], key: str, header: Header, truncated: str | None, sink: Sink, calls: CallsSink
 ) -> None:
     """Hand a chunk read in call mode to the two sinks, in order: runs of blocking
-    calls (``(op, wait id)`` tuples) to ``calls``, the records between to ``sink``."""
+    calls (each a :class:`~dl2.trace.schema.reader.CallRun`) to ``calls``, the records
+    between to ``sink``."""
     start = 0
-    n = len(items)
-    while start < n:
-        end = start
-        if type(items[start]) is tuple:
-            while end < n and type(items[end]) is tuple:
-                end += 1
-            run = items[start:end]
-            calls(key, header, [op for op, _ in run], [wid for _, wid in run])
-        else:
-            while end < n and type(items[end]) is not tuple:
-                end += 1
-            sink(key, header, items[start:end], None)
-        start = end
+    for index, item in enumerate(items):
+        if type(item) is CallRun:
+            if index > start:
+                sink(key, header, items[start:index], None)
+            calls(key, header, item, None)
+            start = index + 1
+    if start < len(items):
+        sink(key, header, items[start:], None)
     sink(key, header, [], truncated)
 
 

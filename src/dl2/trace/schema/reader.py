@@ -90,6 +90,14 @@ def expand_ranks(ranks: tuple[int, ...] | RankRange | None) -> tuple[int, ...] |
 _Out = list[Record]
 
 
+class CallRun(list):  # type: ignore[type-arg]
+    """The op records of consecutive plain blocking calls, as a reader in calls mode
+    gives them back: each stands for its op, its ``ret``, the ``wait`` on it (whose id
+    is the op's id + 1, as a ``k`` line says) and that wait's ``ret``."""
+
+    __slots__ = ()
+
+
 class SegmentDecoder:
     """Resolves the lines of one segment, in order, into typed records.
 
@@ -127,8 +135,9 @@ class SegmentDecoder:
         line gives two records, a ``k`` line three, a definition none).
 
         With ``calls``, a blocking call written as its op line and a ``k`` line right
-        after it comes back as one item, the tuple ``(op record, wait id)``: it stands
-        for the op, its ``ret``, the ``wait`` on it and the wait's ``ret`` (see
+        after it comes back as its op record in a :class:`CallRun`, one item for
+        consecutive calls: it stands for the op, its ``ret``, the ``wait`` on it (id:
+        the op's + 1) and the wait's ``ret`` (see
         :meth:`dl2.model.incremental.Model.feed_calls`).
 
         The two lines of a blocking op (``o``, ``k``) are resolved inline: they are
@@ -183,8 +192,13 @@ class SegmentDecoder:
                     if calls and out:
                         issued = out[-1]
                         if type(issued) is OpRecord and issued.id == oid:
-                            # the op, its ret, the wait on it and the wait's ret: one call
-                            out[-1] = (issued, wid)  # type: ignore[call-overload]
+                            # the op, its ret, the wait on it and the wait's ret: one
+                            # call, into the run of calls it follows (or a new one)
+                            out.pop()
+                            if out and type(out[-1]) is CallRun:  # type: ignore[comparison-overlap]
+                                out[-1].append(issued)  # type: ignore[attr-defined]
+                            else:
+                                append(CallRun((issued,)))  # type: ignore[arg-type]
                             us += item.dt_ret  # type: ignore[union-attr]
                             continue
                     t = t0 + us * 1000

@@ -152,10 +152,10 @@ class TraceReader:
         Raises:
             TraceFormatError: a header that is not a dl2 trace's of this format version.
         """
-        from dl2.trace.schema.reader import SegmentDecoder
-
         start = 0
         if self.header is None:
+            from dl2.trace.schema.reader import SegmentDecoder  # msgspec: analysis side only
+
             newline = data.find(b"\n")
             if newline < 0:
                 self.truncated = "truncated header" if data else None
@@ -193,8 +193,9 @@ class TraceReader:
             )
         else:
             self.truncated = None
-        self.warnings.extend(f"{self.path}: {note}" for note in decoder.notes)
-        decoder.notes.clear()
+        if decoder.notes:
+            self.warnings.extend(f"{self.path}: {note}" for note in decoder.notes)
+            decoder.notes.clear()
         return records
 
     def trace(self, records: Sequence[Record]) -> RankTrace:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from enum import Enum
 
+from dl2.model.ops import Frame
 from dl2.model.ops import Op
 from dl2.model.stuck import RankStatus
 
@@ -99,6 +100,10 @@ class OpRef:
         file, line, function: the user's source location.
         wait_file, wait_line: where the rank waited on it (``work.wait()``), when that is
             another line than the one that issued it.
+        called_from: the program's line that led to ``file:line`` when that is in
+            another file (a helper module, a library of the user's own).
+        inside: the installed package's line that ``file:line`` called into, when
+            the communication is issued there.
     """
 
     rank: int
@@ -113,6 +118,8 @@ class OpRef:
     function: str | None = None
     wait_file: str | None = None
     wait_line: int | None = None
+    called_from: Frame | None = None
+    inside: Frame | None = None
 
     @property
     def location(self) -> str:
@@ -123,12 +130,35 @@ class OpRef:
         return f"{_short_path(self.file)}:{self.line}"
 
     @property
+    def path(self) -> str:
+        """:attr:`location` with the lines around it, outermost first
+        (``train.py:24 → metrics.py:6``, ``train.py:17 → callbacks.py:6``)."""
+        text = self.location
+        if self.called_from is not None:
+            text = f"{frame_location(self.called_from)} → {text}"
+        if self.inside is not None:
+            text = f"{text} → {frame_location(self.inside)}"
+        return text
+
+    @property
+    def call_path(self) -> str:
+        """:attr:`path` with each line's function (``train.py:24 in main →
+        metrics.py:6 in compute``)."""
+        here = self.location if self.function is None else f"{self.location} in {self.function}"
+        parts = [here]
+        if self.called_from is not None:
+            parts.insert(0, f"{frame_location(self.called_from)} in {self.called_from.function}")
+        if self.inside is not None:
+            parts.append(f"{frame_location(self.inside)} in {self.inside.function}")
+        return " → ".join(parts)
+
+    @property
     def where(self) -> str:
-        """:attr:`location`, and where the rank waited on it if that is another line
+        """:attr:`path`, and where the rank waited on it if that is another line
         (``train.py:12, waited at train.py:20``)."""
         if self.wait_line is None:
-            return self.location
-        return f"{self.location}, waited at {self.wait_location}"
+            return self.path
+        return f"{self.path}, waited at {self.wait_location}"
 
     @property
     def wait_location(self) -> str:
@@ -145,6 +175,11 @@ def store_call(op: str, keys: str) -> str:
     (``op`` is ``store_get``..., ``keys`` the op's detail, its keys quoted)."""
     name = op.removeprefix("store_")
     return f"store.{name}([{keys}])" if name in ("wait", "multi_get") else f"store.{name}({keys})"
+
+
+def frame_location(frame: Frame) -> str:
+    """``file:line`` of a frame, with the file's base name."""
+    return f"{_short_path(frame.file)}:{frame.line}"
 
 
 def _short_path(path: str) -> str:
@@ -249,4 +284,6 @@ def op_ref(op: Op) -> OpRef:
         function=frame.function if frame else None,
         wait_file=waited.file if waited else None,
         wait_line=waited.line if waited else None,
+        called_from=op.caller_frame,
+        inside=op.package_frame,
     )

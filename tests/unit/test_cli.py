@@ -331,6 +331,40 @@ def test_an_async_op_is_named_with_the_line_that_waits_on_it(tmp_path, capsys):
     assert mine and all((op["line"], op.get("wait_line")) == (12, 20) for op in mine)
 
 
+def test_a_collective_issued_in_another_file_names_the_programs_line_too(tmp_path, capsys):
+    import json
+
+    from trace_builders import ranks
+    from trace_builders import write_run_dir
+
+    # GIVEN rank 0 logging metrics through a helper module of its own (whose all_reduce
+    # sits in another file than the script's call), rank 1 through an installed package's
+    # callback, each where the other is in its training all_reduce
+    helper = [("/p/mylib/_comm.py", 6, "all_reduce_sum"), ("/p/mylib/metrics.py", 12, "log")]
+    script = [("/p/train.py", 24, "main"), ("/p/train.py", 40, "<module>")]
+    package = [("/venv/lib/python3.11/site-packages/fakelib/cb.py", 7, "_stop")]
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 6, count=2, stack=[*helper, *script])
+    r1.call("all_reduce", 17, count=6, stack=[*package, ("/p/train.py", 17, "main")])
+    r0.end()
+    r1.end()
+    run = write_run_dir([r0, r1], tmp_path / "run")
+    assert main(["analyze", str(run), "--json", str(tmp_path / "r.json")]) == 4
+    out = capsys.readouterr().out
+    # THEN each side reads from the program's line inwards
+    assert "train.py:24 → _comm.py:6" in out and "train.py:17 → cb.py:7" in out
+    # AND the JSON op carries the lines around the named one
+    (finding,) = json.loads((tmp_path / "r.json").read_text())["findings"]
+    by_rank = {op["rank"]: op for op in finding["ops"]}
+    assert (by_rank[0]["file"], by_rank[0]["line"]) == ("/p/mylib/_comm.py", 6)
+    assert by_rank[0]["called_from"] == {"file": "/p/train.py", "line": 24, "function": "main"}
+    assert "inside" not in by_rank[0]
+    assert (by_rank[1]["file"], by_rank[1]["line"]) == ("/p/train.py", 17)
+    assert by_rank[1]["inside"]["line"] == 7 and "called_from" not in by_rank[1]
+    # AND the hint knows this was the group's first collective
+    assert "first collective" in finding["hint"] and "before this point" not in finding["hint"]
+
+
 def test_a_trace_cut_short_is_incomplete_not_a_rank_that_never_issued(tmp_path, capsys):
     import json
 

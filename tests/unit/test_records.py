@@ -40,7 +40,9 @@ from dl2.trace.schema.decode import StoreRecord
 from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import UnknownRecord
 from dl2.trace.schema.decode import WaitRecord
+from dl2.trace.schema.decode import caller_frame
 from dl2.trace.schema.decode import decode_header
+from dl2.trace.schema.decode import package_frame
 from dl2.trace.schema.decode import record_to_dict
 from dl2.trace.schema.decode import report_frame
 from dl2.trace.schema.stream import StackTable
@@ -659,6 +661,28 @@ def test_report_frame_is_the_innermost_frame_of_the_users_own_code():
     assert report_frame((lib, dist, own, Frame("outer.py", 4, "m"))) == own
     assert report_frame((lib, dist)) == lib
     assert report_frame(()) is None
+
+
+def test_a_report_adds_the_programs_line_and_the_packages_line_around_the_named_one():
+    helper = Frame("/proj/mylib/_comm.py", 6, "all_reduce_sum")
+    metrics = Frame("/proj/mylib/metrics.py", 12, "compute")
+    script = Frame("/proj/train.py", 24, "main")
+    entry = Frame("/proj/train.py", 40, "<module>")
+    package = Frame("/venv/lib/python3.11/site-packages/fakelib/cb.py", 6, "_reduce")
+    # GIVEN a collective issued in a helper module the script calls through another
+    # THEN the named line is the helper's, and the script's innermost line led to it
+    stack = (helper, metrics, script, entry)
+    assert report_frame(stack) == helper and caller_frame(stack) == script
+    assert package_frame(stack) is None
+    # GIVEN one issued inside an installed package the script calls
+    # THEN the named line is the script's, and the package's line is the one inside
+    stack = (package, script, entry)
+    assert report_frame(stack) == script and package_frame(stack) == package
+    assert caller_frame(stack) is None
+    # AND a stack in one file, or with nothing of the user's, adds nothing
+    assert caller_frame((script, entry)) is None and package_frame((script, entry)) is None
+    assert caller_frame((package,)) is None and package_frame((package,)) is None
+    assert caller_frame(()) is None and package_frame(()) is None
 
 
 # -- any bytes: a clean error or a valid partial read -----------------------------------------

@@ -37,7 +37,7 @@ def test_top_level_shape() -> None:
         "job",
     }
     assert data["format"] == "dl2-report"
-    assert data["format_version"] == FORMAT_VERSION == 2
+    assert data["format_version"] == FORMAT_VERSION == 3
     assert (data["verdict"], data["exit_code"], data["world_size"]) == ("deadlock", 3, 2)
 
 

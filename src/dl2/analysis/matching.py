@@ -71,13 +71,23 @@ _SHIFTED_HINT = (
     "step, a callback or hook that communicates on one rank only); compare each rank's "
     "collectives on the group up to here."
 )
+#: the same at a group's first collective: nothing came before it on the group
+_FIRST_SHIFTED_HINT = (
+    "The ranks reached the group's first collective from different lines of the program: "
+    "they are not in the same call, so its {what} cannot agree. One rank took another path "
+    "to it (a rank-dependent branch, a dispatch on rank-local state, a callback or hook "
+    "that communicates on one rank only); make every rank issue the same call first."
+)
 
 
-def _mismatch_hint(differing: tuple[str, ...], op: str, ops: list[Op] | None = None) -> str:
+def _mismatch_hint(
+    differing: tuple[str, ...], op: str, ops: list[Op] | None = None, position: int = 1
+) -> str:
     key = "op" if "op" in differing else differing[0]
     sites = {(f.file, f.line) for o in ops or () if (f := o.frame) is not None}
     if key in ("count", "dtype", "redop", "root") and len(sites) > 1:
-        return _SHIFTED_HINT.format(what=", ".join(differing))
+        hint = _SHIFTED_HINT if position > 0 else _FIRST_SHIFTED_HINT
+        return hint.format(what=", ".join(differing))
     if key == "splits" and op == "reduce_scatter":
         return (
             "The ranks cut the reduce_scatter input into shards of different sizes (shard i "
@@ -151,7 +161,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                         f"({', '.join(slot.differing)} differ): {sides}."
                     ),
                     hint=_threads_hint(graph, slot)
-                    + _mismatch_hint(slot.differing, ops[0].op, ops),
+                    + _mismatch_hint(slot.differing, ops[0].op, ops, slot.index),
                     group=gid,
                 )
             )

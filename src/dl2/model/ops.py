@@ -14,6 +14,8 @@ from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.schema.decode import NonMemberRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import caller_frame
+from dl2.trace.schema.decode import package_frame
 from dl2.trace.schema.decode import report_frame
 
 #: Collectives whose recorded element count must agree across members: the input of
@@ -115,6 +117,16 @@ class Op:
     def frame(self) -> Frame | None:
         """The line to name (:func:`~dl2.trace.schema.decode.report_frame`)."""
         return report_frame(self.stack)
+
+    @property
+    def caller_frame(self) -> Frame | None:
+        """The program's line that led to :attr:`frame`, when in another file."""
+        return caller_frame(self.stack)
+
+    @property
+    def package_frame(self) -> Frame | None:
+        """The installed package's line :attr:`frame` called into, if any."""
+        return package_frame(self.stack)
 
     @property
     def wait_frame(self) -> Frame | None:

@@ -283,7 +283,7 @@ def _call_text(op: OpRef) -> str:
 
 
 def _where_text(op: OpRef) -> str:
-    text = op.location if op.function is None else f"{op.location} in {op.function}"
+    text = op.call_path
     if op.wait_line is not None:
         text += f", waited at {op.wait_location}"
     return text
@@ -334,6 +334,8 @@ def merged_ops(ops: Sequence[OpRef]) -> list[tuple[list[int], OpRef]]:
             op.line,
             op.function,
             op.wait_line,
+            op.called_from,
+            op.inside,
         )
         if key in rows:
             rows[key][0].append(op.rank)
@@ -467,9 +469,10 @@ def _rank_table(states: Sequence[RankState]) -> RenderableType:
             [
                 Text(rank_list(ranks), style="bold"),
                 Text(str(state.status), style=_STATUS_STYLE.get(state.status, "dim")),
-                Text("" if op is None else _call_text(op), style="cyan"),
-                Text("" if op is None else op.detail),
-                Text("" if op is None else op.where, style="dim"),
+                Text("" if op is None else _call_text(op), style="cyan", overflow="fold"),
+                Text("" if op is None else op.detail, overflow="fold"),
+                # folded, not cut: the line number at its end must show
+                Text("" if op is None else op.where, style="dim", overflow="fold"),
                 Text(_waits_text(state)),
             ]
         )
@@ -477,8 +480,11 @@ def _rank_table(states: Sequence[RankState]) -> RenderableType:
     # Columns with nothing in them (an OK run has no "stuck in") are left out.
     keep = [i for i in range(len(headers)) if i < 2 or any(row[i].plain for row in cells)]
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
+    # "waits on" keeps its ranks on one line, the source its file:line (when up to 40
+    # characters; a longer one folds): the other columns wrap first
+    short = all(len(row[4].plain) <= 40 for row in cells)
     for i in keep:
-        table.add_column(headers[i], no_wrap=i < 2)
+        table.add_column(headers[i], no_wrap=i < 2 or i == 5 or (i == 4 and short))
     for row in cells:
         table.add_row(*(row[i] for i in keep))
     if len(rows) > MAX_RANK_ROWS:

@@ -349,7 +349,7 @@ def _state_text(state: RankState) -> str:
 def _where(op: OpRef | None) -> str:
     if op is None or op.location == "?":
         return ""
-    return op.location if op.function is None else f"{op.location} in {op.function}"
+    return op.call_path
 
 
 def _waits_text(state: RankState) -> str:

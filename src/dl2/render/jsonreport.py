@@ -12,7 +12,11 @@ Shape (keys sorted, no times, so two runs of one job give equal files)::
      "warnings": [str...], "job": {...launcher facts...}}
 
     OP = {"rank", "op", "api", "group", "seq", "peer", "detail", "file", "line", "function",
-          "wait_file", "wait_line" (only where the rank waited on it at another line)}
+          "wait_file", "wait_line" (only where the rank waited on it at another line),
+          "called_from" (only where the program reached file:line from another file),
+          "inside" (only where file:line called into an installed package that
+          communicates): FRAME}
+    FRAME = {"file", "line", "function"}
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ FORMAT = "dl2-report"
 #   1: first version.
 #   2: an op waited on at another line than the one that issued it (``work.wait()``)
 #      carries ``wait_file`` and ``wait_line``.
-FORMAT_VERSION = 2
+#   3: an op reached from another file carries ``called_from``, one issued inside an
+#      installed package ``inside`` (the lines around ``file:line``).
+FORMAT_VERSION = 3
 
 
 class JsonRenderer(Renderer):
@@ -113,6 +119,9 @@ def _op(op: OpRef) -> dict[str, Any]:
     if op.wait_line is not None:
         fields["wait_file"] = op.wait_file
         fields["wait_line"] = op.wait_line
+    for name, frame in (("called_from", op.called_from), ("inside", op.inside)):
+        if frame is not None:
+            fields[name] = {"file": frame.file, "line": frame.line, "function": frame.function}
     return fields
 
 

@@ -9,7 +9,8 @@ and seqs written out and times in ns (the fields are documented in
 :class:`CorruptRecord`, which :mod:`dl2.trace.format` turns into a warning (mid-file) or
 a truncation note (last line).
 
-:func:`report_frame` is the one rule for the line a report names;
+:func:`report_frame` is the one rule for the line a report names (:func:`caller_frame`
+and :func:`package_frame` the lines around it that a report adds);
 :func:`record_to_dict` gives a record as a JSON object (``dl2 dump``).
 
 For the analysis side only: it imports msgspec, which the recorder never loads.
@@ -62,6 +63,34 @@ def report_frame(stack: Sequence[Frame]) -> Frame | None:
         if not is_installed_file(frame.file):
             return frame
     return stack[0] if stack else None
+
+
+def caller_frame(stack: Sequence[Frame]) -> Frame | None:
+    """The program's line that led to the reported one when that is in another file (a
+    helper module, a library of the user's own): the innermost frame in the file of the
+    stack's outermost frame of user code; None when the reported line is in that file,
+    or the stack does not reach it."""
+    named = report_frame(stack)
+    if named is None:
+        return None
+    entry = next((f for f in reversed(stack) if not is_installed_file(f.file)), None)
+    if entry is None or entry.file == named.file:
+        return None
+    below = False
+    for frame in stack:
+        if below and frame.file == entry.file:
+            return frame
+        below = below or frame is named
+    return None
+
+
+def package_frame(stack: Sequence[Frame]) -> Frame | None:
+    """The installed package's line that communicates when the reported line is the
+    user's code that called into it (the innermost frame, when it is not the reported
+    one); None otherwise."""
+    if stack and is_installed_file(stack[0].file) and report_frame(stack) is not stack[0]:
+        return stack[0]
+    return None
 
 
 # -- the header -------------------------------------------------------------------------

@@ -968,6 +968,56 @@ def test_recording_prints_no_torch_deprecation_warning(tmp_path: Path) -> None:
     assert "deprecated" not in done.stderr, done.stderr
 
 
+def test_a_ddp_comm_hooks_failure_reads_as_without_dl2(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    # GIVEN a DDP comm hook whose future fails (its callback raises), as an op that
+    # fails does: DDP reads the hook's future in C++
+    script = textwrap.dedent(
+        """
+        import sys
+        if sys.argv[1] != "-":
+            import dl2.record
+            assert dl2.record.install(sys.argv[1])
+        import torch, torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+        def failing(state, bucket):
+            work = dist.all_reduce(bucket.buffer(), async_op=True)
+            return work.get_future().then(lambda f: f.value()[0] / state["no such key"])
+
+        def passing(state, bucket):
+            work = dist.all_reduce(bucket.buffer(), async_op=True)
+            return work.get_future().then(lambda f: f.value()[0])
+
+        good = DDP(torch.nn.Linear(2, 1))
+        good.register_comm_hook({}, passing)
+        good(torch.ones(1, 2)).sum().backward()
+        bad = DDP(torch.nn.Linear(2, 1))
+        bad.register_comm_hook({}, failing)
+        try:
+            bad(torch.ones(1, 2)).sum().backward()
+        except RuntimeError as err:
+            print("ERROR", str(err).splitlines()[0])
+        """
+    )
+    seen = []
+    for run_dir in ("-", str(tmp_path)):
+        done = subprocess.run(
+            [sys.executable, "-c", script, run_dir],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        assert done.returncode == 0, done.stderr
+        seen.append(done.stdout.strip())
+    # THEN backward fails with the hook's error under dl2 as without it (not "Unable to
+    # cast ... to Tensor": dl2's Python future held the error as a value)
+    assert seen[0].startswith("ERROR Got the following error when running the callback")
+    assert seen[1] == seen[0]
+
+
 def test_a_wildcard_senders_mark_survives_torchs_subgroup_translations(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     import torch.distributed as dist

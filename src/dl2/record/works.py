@@ -281,6 +281,7 @@ def watched_future(future: Any, recorder: Recorder, oid: int = 0) -> Any:
     spinning on it is told from a rank that computes: see Watchdog.tick)."""
     chained: Any = torch.futures.Future()
     chained._dl2_work = True  # a wait on it waits on the op (see stack.where)
+    chained._dl2_source = future  # what C++ gets back instead (see source_future)
     lock = threading.Lock()
     asked = chained.done
 
@@ -331,8 +332,18 @@ def marked_future(future: Any) -> Any:
     :func:`dl2.record.stack.where`)."""
     out: Any = torch.futures.Future()
     out._dl2_work = True
+    out._dl2_source = future
     future.add_done_callback(lambda done: _complete_with(out, done))
     return out
+
+
+def source_future(future: Any) -> Any:
+    """The future torch made that a future of dl2's is completed from (else ``future``
+    itself): what goes back to torch's C++ code (a DDP comm hook's result).  A Python
+    future holds an error as a value that only Python raises: read in C++, it is a
+    value that cannot be cast ("Unable to cast ... to Tensor"), where torch's own
+    future fails with the op's error."""
+    return getattr(future, "_dl2_source", future)
 
 
 def _complete_with(future: Any, done: Any) -> None:

@@ -548,7 +548,31 @@ def test_crossed_groups_deadlock():
     r1.call("all_reduce", 20, gid="2", complete=False)
     report = analyze(session([r0, r1]))
     assert report.verdict is Verdict.DEADLOCK
-    assert "groups 1, 2" in report.findings[0].hint
+    assert report.findings[0].hint.startswith(
+        "Rank 0 waits in all_reduce #0 on group 1, which rank 1 has not issued: it issued 0 "
+        "on group 1 and went on to all_reduce #0 on group 2. "
+    )
+    assert "different orders" in report.findings[0].hint
+
+
+def test_a_collective_one_rank_skipped_on_a_subgroup_is_named_with_the_counts():
+    # GIVEN a pair group where rank 1 skips one of the pair's all_reduces (a no_grad
+    # step), then both ranks go on to a world barrier
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.create_group("2", [0, 1])
+    for step in range(4):
+        r0.call("all_reduce", 22, gid="2", complete=step < 3)
+        if step != 1:
+            r1.call("all_reduce", 22, gid="2")
+    r1.call("barrier", 39, complete=False)
+    report = analyze(session([r0, r1]))
+    # THEN the hint says which rank has not reached which collective, with its count
+    assert report.verdict is Verdict.DEADLOCK
+    assert report.findings[0].hint.startswith(
+        "Rank 0 waits in all_reduce #3 on group 2, which rank 1 has not issued: it issued 3 "
+        "on group 2 and went on to barrier #0 on group 0. Either it skipped one"
+    )
 
 
 def test_new_group_by_a_subset_blocks_in_creation():

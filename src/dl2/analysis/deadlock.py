@@ -146,7 +146,34 @@ def _gone_states(graph: ExecutionGraph, wfg: WaitForGraph, gone: Sequence[int]) 
     return ("; " if any(causes) else ", ").join(parts)
 
 
-def _hint(ops: list[Op], notes: list[str]) -> str:
+def _unreached(graph: ExecutionGraph | None, ops: list[Op]) -> str:
+    """Of ranks waiting in collectives of different groups: the first whose group's
+    collective another of them has not issued, with the counts that show it ("Rank 2
+    waits in all_reduce #3 on group 2, which rank 3 has not issued: it issued 3 on
+    group 2 and went on to barrier #0 on group 0. ")."""
+    if graph is None:
+        return ""
+    for waiting in ops:
+        if waiting.kind != "collective" or waiting.seq is None:
+            continue
+        members = graph.group_members(waiting.gid)
+        for other in ops:
+            if other.rank == waiting.rank or other.gid == waiting.gid:
+                continue
+            if other.rank not in members:
+                continue
+            issued = graph.issued_count(waiting.gid, other.rank)
+            if issued > waiting.seq:
+                continue
+            return (
+                f"Rank {waiting.rank} waits in {phrase(waiting)}, which rank {other.rank} "
+                f"has not issued: it issued {issued} on group {waiting.gid} and went on to "
+                f"{phrase(other)}. "
+            )
+    return ""
+
+
+def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) -> str:
     kinds = {o.op for o in ops}
     if any("without wait()" in n for n in notes):
         return (
@@ -196,6 +223,15 @@ def _hint(ops: list[Op], notes: list[str]) -> str:
     groups = {o.gid for o in ops if o.kind == "collective"}
     if len(groups) > 1:
         listed = ", ".join(sorted(groups))
+        unreached = _unreached(graph, ops)
+        if unreached:
+            return unreached + (
+                "Either it skipped one of that group's collectives (a rank-dependent "
+                "branch, a hook or a no_grad path taken on some ranks only: compare the "
+                "ranks' calls on the group), or the ranks issue the groups' collectives in "
+                "different orders (issue them in the same order on every rank), or a rank "
+                "passes another group than its peers."
+            )
         return (
             f"The ranks wait in collectives of different groups (groups {listed}): "
             "either they issue the groups' collectives in different orders (issue them in the "
@@ -309,7 +345,7 @@ def _deadlock_part(
                 ranks=tuple(members),
                 ops=tuple(refs),
                 message=message,
-                hint=_hint(ops, notes),
+                hint=_hint(ops, notes, graph),
                 cycle=cycle,
                 group=ops[0].gid if len({o.gid for o in ops}) == 1 and not stores else None,
             )
@@ -358,7 +394,7 @@ def _deadlock_part(
                 ranks=tuple(members),
                 ops=tuple(op_ref(o) for o in ops),
                 message=f"{rank_list(members).capitalize()} can never be released{why}.",
-                hint=_hint(ops, notes),
+                hint=_hint(ops, notes, graph),
             )
         )
     return findings
@@ -482,7 +518,7 @@ def timed_out_deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> lis
                 f"{rank_list(sorted(members)).capitalize()} waited on each other {ended}: "
                 f"{'; '.join(parts)}." + (f" {error}" if error else "")
             ),
-            hint=_hint(ops, []),
+            hint=_hint(ops, [], graph),
             cycle=cycle,
             group=ops[0].gid if len({o.gid for o in ops}) == 1 else None,
         )

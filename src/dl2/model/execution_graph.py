@@ -303,6 +303,11 @@ class ExecutionGraph:
             return ()
         return tuple(st.op() for st in model.ops.values() if st.rec.op in _P2P_OPS)
 
+    def issued_count(self, gid: str, rank: int) -> int:
+        """How many collectives ``rank`` issued on group ``gid`` (folded ones included)."""
+        self.check()
+        return self._model.matcher.issued_count(gid, rank)
+
     def group_members(self, gid: str) -> tuple[int, ...]:
         """The members of a group; a group no trace created is taken as the world."""
         members = self.groups.get(gid)

@@ -132,6 +132,10 @@ class Matcher:
                 found[gid] = by_rank[max(by_rank)]
         return found
 
+    def issued_count(self, gid: str, rank: int) -> int:
+        """The collectives ``rank`` issued on ``gid``: its next position there."""
+        return self._issued.get(gid, {}).get(rank, 0)
+
     def members(self, gid: str) -> tuple[int, ...]:
         """The members a slot of ``gid`` waits on: the group's, or for a group no trace
         created (other than the world), the ranks that issued on it."""

@@ -155,18 +155,20 @@ class OpRef:
     @property
     def where(self) -> str:
         """:attr:`path`, and where the rank waited on it if that is another line
-        (``train.py:12, waited at train.py:20``)."""
+        (``train.py:12, waited at line 20``; ``..., waited at loop.py:20`` in another
+        file)."""
         if self.wait_line is None:
             return self.path
         return f"{self.path}, waited at {self.wait_location}"
 
     @property
     def wait_location(self) -> str:
-        """Where the rank waited on it (``file:line``), or "" if not at another line."""
+        """Where the rank waited on it (``line N`` in the file that issued it, else
+        ``file:line``), or "" if not at another line."""
         if self.wait_line is None:
             return ""
         if self.wait_file is None or self.wait_file == self.file:
-            return f"{_short_path(self.file or '?')}:{self.wait_line}"
+            return f"line {self.wait_line}"
         return f"{_short_path(self.wait_file)}:{self.wait_line}"
 
 

@@ -84,6 +84,25 @@ def test_wrong_tag_is_explained():
     assert "same tag" in report.findings[0].hint
 
 
+def test_a_wrong_tag_on_a_pending_isend_is_explained():
+    # GIVEN a ring of three where each rank posts its isend to the next with tag 1, then
+    # waits on an irecv from the previous with tag 0 (the direction tags swapped)
+    builders = ranks(3)
+    for b in builders:
+        b.isend(14, peer=(b.rank + 1) % 3, tag=1)
+        recv = b.irecv(16, peer=(b.rank - 1) % 3, tag=0)
+        b.wait(recv, complete=False, line=18)
+    report = analyze(session(builders))
+    # THEN the deadlock names the tag of the peer's pending isend, not only the cycle
+    assert report.verdict is Verdict.DEADLOCK
+    assert (
+        "tags differ: rank 0 recvs from rank 2 with tag 0, rank 2's pending isend to rank 0 "
+        "(train.py:14) uses tag 1"
+    ) in report.findings[0].message
+    assert "same tag" in report.findings[0].hint
+    assert "waited at line 18" in report.findings[0].message
+
+
 def test_wildcard_recv_waits_on_any_sender_or_semantics():
     # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
     r0, r1, r2 = ranks(3)

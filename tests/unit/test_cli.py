@@ -325,7 +325,7 @@ def test_an_async_op_is_named_with_the_line_that_waits_on_it(tmp_path, capsys):
     r1.call("barrier", 22, complete=False)
     run = write_run_dir([r0, r1], tmp_path / "run")
     assert main(["analyze", str(run), "--json", str(tmp_path / "r.json")]) == 3
-    assert "train.py:12, waited at train.py:20" in capsys.readouterr().out
+    assert "train.py:12, waited at line 20" in capsys.readouterr().out
     ops = [op for f in json.loads((tmp_path / "r.json").read_text())["findings"] for op in f["ops"]]
     mine = [op for op in ops if op["rank"] == 0]
     assert mine and all((op["line"], op.get("wait_line")) == (12, 20) for op in mine)

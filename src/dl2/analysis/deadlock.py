@@ -75,6 +75,24 @@ def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -
         return None
     other = _stuck_op(peer_node)
     want = "recv" if op.op == "send" else "send"
+    toward = "to" if op.op == "send" else "from"
+    if not (other.op == want and other.gid == op.gid and other.peer == op.rank):
+        # the peer waits elsewhere: its pending op for this rank (an isend posted, not
+        # yet waited on) may be there, with another tag
+        pending = [
+            o
+            for o in graph.p2p_ops(op.peer)
+            if o.op == want and o.gid == op.gid and o.peer == op.rank and not o.completed
+        ]
+        if pending and all(o.tag != op.tag for o in pending):
+            first = pending[0]
+            name = first.api if first.api in ("isend", "irecv") else first.op
+            back = "from" if toward == "to" else "to"
+            return (
+                f"tags differ: rank {op.rank} {op.op}s {toward} rank {op.peer} with tag "
+                f"{op.tag or 0}, rank {op.peer}'s pending {name} {back} rank {op.rank} "
+                f"({where(first)}) uses tag {first.tag or 0}"
+            )
     if other.op == want and other.gid == op.gid:
         other_peer = other.peer
         if other_peer == op.rank and other.tag != op.tag:

@@ -22,7 +22,7 @@ KILLED_HINT = (
 
 def where(op: Op) -> str:
     """``train.py:42`` or ``?`` (from C++, no Python frame); an async op waited on at
-    another line: ``train.py:42, waited at train.py:50``."""
+    another line: ``train.py:42, waited at line 50``."""
     return op_ref(op).where
 
 

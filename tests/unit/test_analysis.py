@@ -103,6 +103,29 @@ def test_a_wrong_tag_on_a_pending_isend_is_explained():
     assert "waited at line 18" in report.findings[0].message
 
 
+def test_send_cycle_hints_fit_the_ranks_parity_and_irecv_cycles_their_order():
+    # GIVEN a ring of three ordered by parity: ranks 0 and 2, both even, send to each other
+    r0, r1, r2 = ranks(3)
+    r0.call("send", 14, peer=2, complete=False)
+    r2.call("send", 13, peer=0, complete=False)
+    r1.call("recv", 19, peer=2, complete=False)
+    hint = analyze(session([r0, r1, r2])).findings[0].hint
+    # THEN the hint does not advise the parity order they already follow
+    assert "ranks 0 and 2 are both even" in hint and "even ranks send first" not in hint
+    # GIVEN ranks 0 and 1 (an even and an odd one) sending to each other: parity helps
+    a, b = ranks(2)
+    a.call("send", 5, peer=1, complete=False)
+    b.call("send", 5, peer=0, complete=False)
+    assert "let even ranks send first" in analyze(session([a, b])).findings[0].hint
+    # GIVEN two ranks that wait on their irecvs before posting their isends
+    a, b = ranks(2)
+    for me in (a, b):
+        me.wait(me.irecv(11, peer=1 - me.rank), complete=False, line=14)
+    hint = analyze(session([a, b])).findings[0].hint
+    # THEN the hint is to post the sends before waiting, not to use irecv
+    assert hint.startswith("The receives are already irecv") and "isend" in hint
+
+
 def test_wildcard_recv_waits_on_any_sender_or_semantics():
     # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
     r0, r1, r2 = ranks(3)

@@ -223,10 +223,28 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
             "its receive posted."
         )
     if kinds == {"send"}:
+        parities = {o.rank % 2 for o in ops}
+        if len(parities) == 1 and len(ops) > 1:
+            # an even/odd order is what these ranks may already follow
+            who = sorted({o.rank for o in ops})
+            alike = f"{'both' if len(who) == 2 else 'all'} {'even' if parities == {0} else 'odd'}"
+            return (
+                "Every rank in the cycle sends first and a gloo send waits for its receive "
+                f"(so does NCCL above its eager buffer); {rank_list(who)} are {alike}, "
+                "so ordering by parity does not "
+                "separate them (a ring of an odd number of ranks has such neighbours): make "
+                "one of them receive first, or use isend/irecv or batch_isend_irecv."
+            )
         return (
             "Every rank in the cycle sends first and a gloo send waits for its receive (so does "
             "NCCL above its eager buffer): let even ranks send first and odd ranks receive first, "
             "or use isend/irecv or batch_isend_irecv."
+        )
+    if kinds == {"recv"} and all(o.is_async for o in ops):
+        return (
+            "The receives are already irecv, but each rank waits on them before posting the "
+            "sends its peers wait for: post the sends (isend) before waiting on the receives, "
+            "or exchange with batch_isend_irecv."
         )
     if kinds == {"recv"}:
         return (

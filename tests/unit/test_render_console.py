@@ -61,6 +61,27 @@ def test_headline_variants() -> None:
     assert headline(report(verdict=Verdict.DEFECT)).startswith("DEFECT:")
 
 
+def test_findings_a_collective_mismatch_brings_about_are_not_counted_as_defects() -> None:
+    # GIVEN a mismatch at all_reduce #1 of group 0, then (gloo aborted rank 1) rank 0
+    # waiting on rank 1 at #2 and rank 1 missing #2; and an unrelated one on group 3
+    at_one = [op_ref(r, seq=1) for r in (0, 1)]
+    mismatch = finding(FindingKind.COLLECTIVE_MISMATCH, *at_one, group="0")
+    waited = op_ref(0, seq=2)
+    orphaned = finding(FindingKind.ORPHANED_WAIT, waited, ranks=[0, 1], group="0")
+    missing = finding(FindingKind.COLLECTIVE_MISSING, waited, ranks=[0, 1], group="0")
+    rep = report(mismatch, orphaned, missing, verdict=Verdict.DEFECT)
+    # THEN the headline counts the mismatch, and says what follows from it
+    assert headline(rep) == (
+        "DEFECT: 1 communication defect, no deadlock (collective-mismatch); 2 findings "
+        "follow from it (orphaned-wait, collective-missing)"
+    )
+    # AND a finding on another group, or before the mismatch, is a defect of its own
+    other = finding(FindingKind.COLLECTIVE_MISSING, op_ref(0, seq=5, group="3"), group="3")
+    before = finding(FindingKind.ORPHANED_WAIT, op_ref(0, seq=0), ranks=[0, 1], group="0")
+    rep = report(mismatch, other, before, verdict=Verdict.DEFECT)
+    assert headline(rep).startswith("DEFECT: 3 communication defects, no deadlock")
+
+
 def test_a_failed_job_names_the_rank_that_ended_before_a_collective_the_others_issued() -> None:
     # GIVEN rank 1 ended (os._exit, a crash or a kill dl2 could not tell) before
     # all_reduce #4 of the world, which ranks 0 and 2 issued and failed in

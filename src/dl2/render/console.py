@@ -143,8 +143,15 @@ def headline(report: Report) -> str:
     if report.verdict is Verdict.DEFECT:
         if not findings:
             return "DEFECT: a communication defect was found; the job did not hang"
-        kinds = ", ".join(dict.fromkeys(f.kind.value for f in findings))
-        return f"DEFECT: {_count(len(findings), 'communication defect')}, no deadlock ({kinds})"
+        after = _after_effects(findings)
+        causes = [f for f in findings if f not in after]
+        kinds = ", ".join(dict.fromkeys(f.kind.value for f in causes))
+        text = f"DEFECT: {_count(len(causes), 'communication defect')}, no deadlock ({kinds})"
+        if after:
+            follow = ", ".join(dict.fromkeys(f.kind.value for f in after))
+            verb = "follows" if len(after) == 1 else "follow"
+            text += f"; {_count(len(after), 'finding')} {verb} from it ({follow})"
+        return text
     if report.verdict is Verdict.JOB_FAILED:
         killed = [s.rank for s in report.ranks if s.status is RankStatus.KILLED]
         # the ranks whose failing op the findings trace to a rank that is gone, and those
@@ -185,6 +192,34 @@ def headline(report: Report) -> str:
         missing = "; ".join(report.gaps) or "part of the traces could not be read"
         return f"INCOMPLETE: no defect found in what was read, but {missing}"
     return "DEADLOCK: " + _deadlock_summary(findings)
+
+
+#: findings that a collective mismatch brings about later on its group: gloo aborts
+#: the mismatched ranks, and the others wait on them or miss their later collectives
+_AFTER_MISMATCH = (FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING)
+
+
+def _after_effects(findings: Sequence[Finding]) -> list[Finding]:
+    """The findings that follow from a collective mismatch: on its group, at a later
+    position, among its ranks."""
+    mismatches = [
+        (f.group, f.ops[0].seq, set(f.ranks))
+        for f in findings
+        if f.kind is FindingKind.COLLECTIVE_MISMATCH and f.ops and f.ops[0].seq is not None
+    ]
+    after = []
+    for finding in findings:
+        if finding.kind not in _AFTER_MISMATCH or not finding.ops:
+            continue
+        seqs = [op.seq for op in finding.ops]
+        if any(
+            finding.group == group
+            and all(seq is not None and seq > at for seq in seqs)
+            and set(finding.ranks) <= ranks
+            for group, at, ranks in mismatches
+        ):
+            after.append(finding)
+    return after
 
 
 def _left_before(findings: Sequence[Finding], failed: Sequence[int]) -> str:

@@ -126,6 +126,22 @@ def test_send_cycle_hints_fit_the_ranks_parity_and_irecv_cycles_their_order():
     assert hint.startswith("The receives are already irecv") and "isend" in hint
 
 
+def test_a_wildcard_behind_a_send_send_pair_waits_on_the_pair_it_is_not_the_cycle():
+    # GIVEN ranks 1 and 2 sending to each other first; rank 0 in a receive from any
+    # rank, whose reply rank 3 waits for
+    r0, r1, r2, r3 = ranks(4)
+    r0.call("recv", 10, peer=None, complete=False)
+    r1.call("send", 15, peer=2, complete=False)
+    r2.call("send", 15, peer=1, complete=False)
+    r3.call("recv", 20, peer=0, complete=False)
+    report = analyze(session([r0, r1, r2, r3]))
+    # THEN the cycle is the pair (0 <-> 3 is none: rank 1 or 2 could release rank 0)
+    assert report.verdict is Verdict.DEADLOCK
+    (found,) = [f for f in report.findings if f.kind is FindingKind.DEADLOCK]
+    assert found.cycle == (1, 2) and found.ranks == (0, 1, 2, 3)
+    assert "sends first" in found.hint
+
+
 def test_wildcard_recv_waits_on_any_sender_or_semantics():
     # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
     r0, r1, r2 = ranks(3)

@@ -305,9 +305,25 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
         return []
     findings: list[Finding] = []
     for part in _independent_parts(wfg):
-        waits = {r: wfg.nodes[r].targets for r in part}
-        findings.extend(_deadlock_part(graph, wfg, part, shortest_cycle(waits)))
+        findings.extend(_deadlock_part(graph, wfg, part, _root_cycle(wfg, part)))
     return findings
+
+
+def _root_cycle(wfg: WaitForGraph, part: Sequence[int]) -> tuple[int, ...]:
+    """The shortest cycle of waits that every rank on it needs met: no wildcard receive
+    that any of several senders can release is on it (a cascade behind a send/send
+    pair: the pair is the cycle, the wildcard waits behind it); else the shortest cycle
+    of all the waits."""
+    needed = {
+        rank: tuple(
+            target
+            for clause in wfg.nodes[rank].clauses
+            if not clause.any_of or len(clause.targets) == 1
+            for target in clause.targets
+        )
+        for rank in part
+    }
+    return shortest_cycle(needed) or shortest_cycle({r: wfg.nodes[r].targets for r in part})
 
 
 def _independent_parts(wfg: WaitForGraph) -> list[list[int]]:

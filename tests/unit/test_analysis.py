@@ -167,6 +167,24 @@ def test_collective_order_mismatch_first_divergence():
     assert {(o.rank, o.line) for o in mismatch.ops} == {(0, 10), (1, 20)}
 
 
+def test_a_mismatch_in_one_shared_helper_reached_from_two_call_sites_is_a_shifted_one():
+    # GIVEN both ranks' all_reduce at one helper line, reached from two call sites
+    helper = ("mylib/comm.py", 6, "all_reduce_sum")
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 6, count=2, stack=[helper, ("train.py", 31, "<module>")])
+    r1.call("all_reduce", 6, count=6, stack=[helper, ("train.py", 19, "train_step")])
+    report = analyze(session([r0.end(), r1.end()]))
+    # THEN the hint is the one for ranks at different calls, not "pad to the same size"
+    (mismatch,) = report.findings
+    assert "different lines of the program" in mismatch.hint and "pad" not in mismatch.hint
+    # AND at one call site (a loop over tensors) it is the one for one call
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 6, count=2, stack=[helper, ("train.py", 19, "train_step")])
+    r1.call("all_reduce", 6, count=6, stack=[helper, ("train.py", 19, "train_step")])
+    (mismatch,) = analyze(session([r0.end(), r1.end()])).findings
+    assert "pad" in mismatch.hint
+
+
 @pytest.mark.parametrize(
     ("field", "a", "b"),
     [("redop", "sum", "max"), ("dtype", "float32", "int32"), ("root", 0, 1), ("count", 4, 8)],

@@ -63,7 +63,8 @@ _FIELD_HINTS = {
 }
 
 
-#: the hint when the ranks reached one position from different lines of the program
+#: the hint when the ranks reached one position from different lines (or call paths)
+#: of the program
 _SHIFTED_HINT = (
     "The ranks reached this collective from different lines of the program: they are "
     "not in the same call, so its {what} cannot agree. One rank issued a collective more "
@@ -84,7 +85,9 @@ def _mismatch_hint(
     differing: tuple[str, ...], op: str, ops: list[Op] | None = None, position: int = 1
 ) -> str:
     key = "op" if "op" in differing else differing[0]
-    sites = {(f.file, f.line) for o in ops or () if (f := o.frame) is not None}
+    # where each rank came from: its whole stack of the user's frames (one helper line
+    # reached from two call sites is two paths)
+    sites = {tuple((f.file, f.line) for f in o.stack) for o in ops or () if o.stack}
     if key in ("count", "dtype", "redop", "root") and len(sites) > 1:
         hint = _SHIFTED_HINT if position > 0 else _FIRST_SHIFTED_HINT
         return hint.format(what=", ".join(differing))

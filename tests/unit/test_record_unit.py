@@ -182,12 +182,33 @@ def test_user_stack_is_innermost_first_with_lines() -> None:
 def test_user_stack_keeps_at_most_eight_frames() -> None:
     import json
 
-    def deep(n: int) -> str:
-        return stack.user_stack(sys._getframe()) if n == 0 else deep(n - 1)
+    def ping(n: int) -> str:
+        return stack.user_stack(sys._getframe()) if n == 0 else pong(n - 1)
 
-    frames = json.loads(deep(20))
+    def pong(n: int) -> str:
+        return ping(n - 1)
+
+    frames = json.loads(ping(20))
     assert len(frames) == stack.MAX_FRAMES
-    assert all(f[2].endswith("deep") for f in frames)
+    assert all(f[2].endswith(("ping", "pong")) for f in frames)
+
+
+def test_a_recursions_repeated_frame_is_kept_once() -> None:
+    import json
+
+    def deep(n: int) -> str:
+        if n == 0:
+            return stack.user_stack(sys._getframe())
+        return deep(n - 1)  # the recursion's line
+
+    def caller() -> str:
+        return deep(40)  # the line that started it
+
+    frames = json.loads(caller())
+    names = [f[2].rsplit(".", 1)[-1] for f in frames]
+    # THEN the innermost, the recursion's line once, and the frame that started it
+    assert names[:3] == ["deep", "deep", "caller"]
+    assert frames[2][1] == caller.__code__.co_firstlineno + 1
 
 
 def test_capture_names_the_outermost_api_function() -> None:

@@ -191,9 +191,10 @@ def capture(frame: FrameType | None) -> tuple[str | None, int]:
 
 def user_stack_id(frame: FrameType | None) -> int:
     """The id (in :data:`STACKS`) of the up to MAX_FRAMES user frames from ``frame``
-    outwards, innermost first; when all of them are installed packages' frames, the
-    last is replaced by the first frame of the user's own code further out (if within
-    MAX_WALK frames)."""
+    outwards, innermost first, a recursion's repeated frame (same function, same line)
+    kept once; when all of them are installed packages' frames, the last is replaced
+    by the first frame of the user's own code further out (if within MAX_WALK
+    frames)."""
     cache = _cache
     parts: list[str] = []
     own = False  # a frame of the user's own code (not an installed package) is kept
@@ -205,6 +206,11 @@ def user_stack_id(frame: FrameType | None) -> int:
         entry = cache.get(id(code)) or _entry(code)
         if entry[1] == USER:
             text = entry[2].get(f.f_lasti) or _frame_json(code, f, entry[2])
+            if parts and text is parts[-1]:
+                # recursion (the same function at the same line): kept once, so that
+                # the frames that started it still fit
+                f = f.f_back
+                continue
             if len(parts) < MAX_FRAMES - 1:  # room for more after this one
                 parts.append(text)
                 own = True

@@ -142,6 +142,30 @@ def test_a_wildcard_behind_a_send_send_pair_waits_on_the_pair_it_is_not_the_cycl
     assert "sends first" in found.hint
 
 
+def test_a_receive_whose_peer_went_on_to_a_collective_one_send_short_is_explained():
+    # GIVEN a pipeline where rank 0 sends two activations, skips the third (a no_grad
+    # step) and enters the barrier, while rank 1 waits in its third receive
+    r0, r1 = ranks(2)
+    for _ in range(2):
+        r0.call("send", 21, peer=1)
+        r1.call("recv", 21, peer=0)
+    r1.call("recv", 21, peer=0, complete=False)
+    r0.call("barrier", 40, complete=False)
+    (found,) = analyze(session([r0, r1])).findings
+    # THEN the counts say which side is short, and the hint points at the skipped send
+    assert (
+        "one send short: rank 0 issued 2 sends to rank 1, whose recv from rank 0 is its "
+        "number 3, and went on to barrier #0 on group 0"
+    ) in found.message
+    assert found.hint.startswith("Rank 0 went on without the send its peer waits for")
+    # AND a sender waiting in a receive of its own (a recv/recv cycle) gets no such note
+    r0, r1 = ranks(2)
+    r1.call("recv", 21, peer=0, complete=False)
+    r0.call("recv", 22, peer=1, complete=False)
+    (found,) = analyze(session([r0, r1])).findings
+    assert "short" not in found.message and "receives first" in found.hint
+
+
 def test_wildcard_recv_waits_on_any_sender_or_semantics():
     # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
     r0, r1, r2 = ranks(3)

@@ -106,6 +106,15 @@ def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -
                 f"{'to' if op.op == 'send' else 'from'} rank {op.peer}, but rank {other.rank} "
                 f"{other.op}s {'to' if other.op == 'send' else 'from'} rank {other_peer} first"
             )
+    if other.kind != "p2p" and op.op == "recv":
+        # the sender went on to a collective (or a store call): did it send its part?
+        sends, recvs = graph.p2p_issued(op.gid, op.peer, op.rank)
+        if sends < recvs:
+            return (
+                f"one send short: rank {op.peer} issued {sends} send{'' if sends == 1 else 's'} "
+                f"to rank {op.rank}, whose recv from rank {op.peer} is its number {recvs}, "
+                f"and went on to {phrase(other)}"
+            )
     return None
 
 
@@ -206,6 +215,15 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
         return (
             "The peer rank is out of range: compute it modulo the group's size (a ring's "
             "(rank + 1) % world_size), and pass group ranks only as group_dst/group_src."
+        )
+    short = next((n for n in notes if n.startswith("one send short: rank ")), None)
+    if short is not None:
+        quiet = short.removeprefix("one send short: rank ").split(" ", 1)[0]
+        return (
+            f"Rank {quiet} went on without the send its peer waits for (a "
+            "rank-dependent branch, a hook or no_grad path that skips it, a loop that ends "
+            "early on one side): issue the same sends and receives on both sides, in the "
+            "same order."
         )
     if any(n.startswith("wrong peer") for n in notes):
         return (

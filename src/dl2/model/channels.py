@@ -144,6 +144,16 @@ class Channels:
             self._mail.setdefault(mailbox(key), set()).add(key)
         return link
 
+    def issued(self, gid: str, sender: int, receiver: int) -> tuple[int, int]:
+        """The sends and the receives issued from ``sender`` to ``receiver`` on ``gid``,
+        every tag, folded ones included (a wildcard receive once its sender is known)."""
+        sends = recvs = 0
+        for key, link in self._links.items():
+            if key[0] == gid and key[1] == sender and key[2] == receiver:
+                sends += link.sends.end
+                recvs += link.recvs.end
+        return sends, recvs
+
     def add(self, st: OpState) -> None:
         if st.pending_wildcard:
             waiting = self._pending.setdefault(_box(st), [])

@@ -303,6 +303,12 @@ class ExecutionGraph:
             return ()
         return tuple(st.op() for st in model.ops.values() if st.rec.op in _P2P_OPS)
 
+    def p2p_issued(self, gid: str, sender: int, receiver: int) -> tuple[int, int]:
+        """The sends and receives issued from ``sender`` to ``receiver`` on ``gid`` (every
+        tag, folded ones included)."""
+        self.check()
+        return self._model.matcher.channels.issued(gid, sender, receiver)
+
     def issued_count(self, gid: str, rank: int) -> int:
         """How many collectives ``rank`` issued on group ``gid`` (folded ones included)."""
         self.check()

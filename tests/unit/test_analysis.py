@@ -166,6 +166,38 @@ def test_a_receive_whose_peer_went_on_to_a_collective_one_send_short_is_explaine
     assert "short" not in found.message and "receives first" in found.hint
 
 
+def test_a_missing_collective_says_where_same_signature_collectives_shifted_apart():
+    # GIVEN rank 2 issuing one all_reduce more (a debug hook at line 22, during the
+    # forward at line 28) of the same signature as the gradient all_reduce (line 29):
+    # the backend paired them one apart; ranks 0 and 1 ended after four
+    hook = [("train.py", 22, "debug_act"), ("train.py", 28, "<module>")]
+    builders = ranks(3)
+    for step in range(4):
+        for b in builders:
+            if b.rank == 2 and step == 1:
+                b.call("all_reduce", 22, count=4, stack=hook)
+            b.call("all_reduce", 29, count=4)
+    r0, r1, r2 = builders
+    r2.call("all_reduce", 29, count=4, complete=False)
+    report = analyze(session([r0.end(), r1.end(), r2], states={0: EXITED, 1: EXITED}))
+    # THEN the missing collective says where the two sides parted
+    missing = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISSING)
+    assert (
+        "The two sides part earlier: rank 2's collective #1 (train.py:22) has no counterpart "
+        "on ranks 0 and 1, whose #1 is at train.py:29"
+    ) in missing.message
+    # AND without such a shift (rank 2 simply ran one step more) it says nothing of it
+    builders = ranks(3)
+    for _ in range(4):
+        for b in builders:
+            b.call("all_reduce", 29, count=4)
+    r0, r1, r2 = builders
+    r2.call("all_reduce", 29, count=4, complete=False)
+    report = analyze(session([r0.end(), r1.end(), r2], states={0: EXITED, 1: EXITED}))
+    missing = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISSING)
+    assert "part earlier" not in missing.message
+
+
 def test_wildcard_recv_waits_on_any_sender_or_semantics():
     # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
     r0, r1, r2 = ranks(3)

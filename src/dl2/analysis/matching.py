@@ -194,6 +194,12 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                     + "; ".join(f"rank {r}'s program ({c})" for r, c in causes[:3])
                     + "."
                 )
+            shift = "" if killed else _shift_text(graph, gid, sorted(slot.ops), gone, slot.index)
+            hint = (
+                "Every member of a group must issue each of its collectives: look for an "
+                "early exit, a rank-dependent branch (a hook, a debug or logging path) or "
+                "uneven data."
+            )
             findings.append(
                 Finding(
                     kind=FindingKind.COLLECTIVE_MISSING,
@@ -202,19 +208,64 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                     message=(
                         f"{rank_list(gone).capitalize()} never issued collective #{slot.index} of "
                         f"group {gid} ({first.op}), which {rank_list(list(slot.ops))} issued "
-                        f"at {where(first)}.{why}"
+                        f"at {where(first)}.{why}{shift}"
                     ),
-                    hint=KILLED_HINT
-                    if killed
-                    else (
-                        "Every member of a group must issue each of its collectives: look for an "
-                        "early exit, a rank-dependent branch or uneven data."
-                    ),
+                    hint=KILLED_HINT if killed else hint,
                     group=gid,
                 )
             )
             break
     return findings
+
+
+def _sites(graph: ExecutionGraph, gid: str, rank: int, count: int) -> list[Op] | None:
+    """The rank's first ``count`` collectives on ``gid``, or None when one is not kept."""
+    found = []
+    for index in range(count):
+        slot = graph.slot_at(gid, index)
+        op = slot.ops.get(rank) if slot is not None else None
+        if op is None:
+            return None
+        found.append(op)
+    return found
+
+
+def _site(op: Op) -> tuple[tuple[str, int], ...]:
+    return tuple((f.file, f.line) for f in op.stack)
+
+
+#: how the sentence of :func:`_shift_text` starts: an explanation that needs the whole
+#: history (a folded model, or a rank resumed from a checkpoint, gives the message
+#: without it)
+SHIFT_SENTENCE = " The two sides part earlier: "
+
+
+def _shift_text(
+    graph: ExecutionGraph, gid: str, ahead: list[int], behind: list[int], last: int
+) -> str:
+    """Where the ranks that issued collective #``last`` of ``gid`` (``ahead``) issued
+    one more than those that did not (``behind``), or these skipped one: the first
+    position at which their call paths differ, from which on ``ahead``'s collectives
+    were issued where ``behind``'s one position earlier were (same signatures: the
+    backend paired them one apart, silently).  "" when the paths do not show that, or
+    the history is not all kept."""
+    if not graph.complete:
+        return ""
+    a = _sites(graph, gid, ahead[0], last + 1)
+    b = _sites(graph, gid, behind[0], last)
+    if a is None or b is None:
+        return ""
+    sa, sb = [_site(o) for o in a], [_site(o) for o in b]
+    k = next((i for i in range(last) if sa[i] != sb[i]), None)
+    if k is None or sa[k + 1 :] != sb[k:]:
+        return ""
+    return (
+        f"{SHIFT_SENTENCE}{rank_list(ahead)}'s collective #{k} ({where(a[k])}) "
+        f"has no counterpart on {rank_list(behind)}, whose #{k} is at {where(b[k])}; from "
+        f"there on their collectives paired one position apart (same signatures, so the "
+        f"backend did not notice): {rank_list(ahead)} issued one more there, or "
+        f"{rank_list(behind)} skipped it."
+    )
 
 
 def p2p_findings(graph: ExecutionGraph, job_ended: bool) -> list[Finding]:

@@ -198,6 +198,36 @@ def test_a_missing_collective_says_where_same_signature_collectives_shifted_apar
     assert "part earlier" not in missing.message
 
 
+def test_a_mismatch_names_where_two_paths_to_one_line_part_and_an_earlier_shift():
+    # GIVEN one hook line (18) reached from two steps (28: the model's optimizer, 31: a
+    # probe optimizer rank 0 alone has): rank 0's extra call at #1 pairs with rank 1's
+    # second step, of the same signature; #2 differs in its count
+    def hook(line: int) -> list[tuple[str, int, str]]:
+        return [("train.py", 18, "average_params"), ("train.py", line, "<module>")]
+
+    r0, r1 = ranks(2)
+    for count, line in ((8, 28), (2, 31), (2, 28)):
+        r0.call("all_reduce", 18, count=count, stack=hook(line))
+    for count in (8, 2, 8):
+        r1.call("all_reduce", 18, count=count, stack=hook(28))
+    (mismatch,) = analyze(session([r0.end(), r1.end()])).findings
+    # THEN the earlier shift is named: rank 0's #1, from line 31, has no counterpart
+    assert "First divergence on group 0 at collective #2" in mismatch.message
+    assert (
+        "The two sides part earlier: rank 0's collective #1 (train.py:18, reached from "
+        "train.py:31) has no counterpart on rank 1, whose #1 is at train.py:18, reached from "
+        "train.py:28"
+    ) in mismatch.message
+    # AND at a divergence reached from two lines, each side says where its path parts
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 18, count=2, stack=hook(31))
+    r1.call("all_reduce", 18, count=8, stack=hook(28))
+    (mismatch,) = analyze(session([r0.end(), r1.end()])).findings
+    assert "rank 0 calls all_reduce (float32[2]) at train.py:18, reached from train.py:31" in (
+        mismatch.message
+    )
+
+
 def test_wildcard_recv_waits_on_any_sender_or_semantics():
     # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
     r0, r1, r2 = ranks(3)

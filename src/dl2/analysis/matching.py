@@ -14,6 +14,7 @@ from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
 from dl2.model.execution_graph import CollectiveSlot
 from dl2.model.execution_graph import ExecutionGraph
+from dl2.model.execution_graph import call_key
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Op
 from dl2.model.ops import Timeline
@@ -22,6 +23,7 @@ from dl2.model.wait_for import WaitForGraph
 from dl2.report import Finding
 from dl2.report import FindingKind
 from dl2.report import OpRef
+from dl2.report import frame_location
 from dl2.trace.schema.decode import Frame
 from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.schema.decode import report_frame
@@ -151,7 +153,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                 f"rank {o.rank} calls {o.op}"
                 + (f" ({o.signature})" if o.signature else "")
                 + (_exchange_sizes(o) if "split_sizes" in slot.differing else "")
-                + f" at {where(o)}"
+                + f" at {_where_apart(o, ops)}"
                 for o in ops
             )
             findings.append(
@@ -162,6 +164,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                     message=(
                         f"First divergence on group {gid} at collective #{slot.index} "
                         f"({', '.join(slot.differing)} differ): {sides}."
+                        + _mismatch_shift(graph, gid, ops, slot.index)
                     ),
                     hint=_threads_hint(graph, slot)
                     + _mismatch_hint(slot.differing, ops[0].op, ops, slot.index),
@@ -234,6 +237,22 @@ def _site(op: Op) -> tuple[tuple[str, int], ...]:
     return tuple((f.file, f.line) for f in op.stack)
 
 
+def _where_apart(op: Op, others: list[Op]) -> str:
+    """:func:`where` of ``op``, and, when another of ``others`` names the same line
+    from another call path, the innermost line where the paths differ (``train.py:18,
+    reached from train.py:31``)."""
+    here = where(op)
+    frame = op.frame
+    for other in others:
+        if other is op or other.frame != frame or other.stack == op.stack:
+            continue
+        for mine, theirs in zip(op.stack, other.stack, strict=False):
+            if mine != theirs:
+                return f"{here}, reached from {frame_location(mine)}"
+        break
+    return here
+
+
 #: how the sentence of :func:`_shift_text` starts: an explanation that needs the whole
 #: history (a folded model, or a rank resumed from a checkpoint, gives the message
 #: without it)
@@ -260,12 +279,28 @@ def _shift_text(
     if k is None or sa[k + 1 :] != sb[k:]:
         return ""
     return (
-        f"{SHIFT_SENTENCE}{rank_list(ahead)}'s collective #{k} ({where(a[k])}) "
-        f"has no counterpart on {rank_list(behind)}, whose #{k} is at {where(b[k])}; from "
+        f"{SHIFT_SENTENCE}{rank_list(ahead)}'s collective #{k} ({_where_apart(a[k], [b[k]])}) "
+        f"has no counterpart on {rank_list(behind)}, whose #{k} is at "
+        f"{_where_apart(b[k], [a[k]])}; from "
         f"there on their collectives paired one position apart (same signatures, so the "
         f"backend did not notice): {rank_list(ahead)} issued one more there, or "
         f"{rank_list(behind)} skipped it."
     )
+
+
+def _mismatch_shift(graph: ExecutionGraph, gid: str, ops: list[Op], index: int) -> str:
+    """:func:`_shift_text` for a mismatch at ``index``: of the first rank and the first
+    whose call differs, either one ahead (collectives of equal signatures before it
+    paired one apart, and this is where it showed)."""
+    first = ops[0]
+    other = next((o for o in ops if call_key(o) != call_key(first)), None)
+    if other is None or index == 0:
+        return ""
+    for ahead, behind in ((first, other), (other, first)):
+        text = _shift_text(graph, gid, [ahead.rank], [behind.rank], index)
+        if text:
+            return text
+    return ""
 
 
 def p2p_findings(graph: ExecutionGraph, job_ended: bool) -> list[Finding]:

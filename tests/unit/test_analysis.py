@@ -228,6 +228,22 @@ def test_a_mismatch_names_where_two_paths_to_one_line_part_and_an_earlier_shift(
     )
 
 
+def test_a_cycle_through_a_wildcard_a_rank_that_exited_should_have_met_says_so():
+    # GIVEN a master waiting for any worker's result, worker 1 exited without sending
+    # it, workers 2 and 3 waiting for the master's next task
+    r0, r1, r2, r3 = ranks(4)
+    r0.call("recv", 14, peer=None, complete=False)
+    r2.call("recv", 23, peer=0, complete=False)
+    r3.call("recv", 23, peer=0, complete=False)
+    report = analyze(session([r0, r1.end(), r2, r3], states={1: EXITED}))
+    deadlock = next(f for f in report.findings if f.kind is FindingKind.DEADLOCK)
+    # THEN the hint names the rank that ended, not "every rank receives first"
+    assert deadlock.hint.startswith(
+        "The receive from any rank on the cycle was to be met by rank 1"
+    )
+    assert FindingKind.ORPHANED_WAIT in kinds(report)
+
+
 def test_wildcard_recv_waits_on_any_sender_or_semantics():
     # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
     r0, r1, r2 = ranks(3)

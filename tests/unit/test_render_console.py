@@ -82,6 +82,25 @@ def test_findings_a_collective_mismatch_brings_about_are_not_counted_as_defects(
     assert headline(rep).startswith("DEFECT: 3 communication defects, no deadlock")
 
 
+def test_findings_a_send_receive_size_mismatch_brings_about_follow_from_it() -> None:
+    # GIVEN a size mismatch between ranks 2 and 3 (gloo aborts rank 3), then rank 0
+    # waiting on rank 3 in a barrier that rank 3 never issued
+    p2p = finding(FindingKind.P2P_MISMATCH, op_ref(2, "send", peer=3), op_ref(3, "recv", peer=2))
+    barrier = op_ref(0, "barrier", seq=0)
+    orphaned = finding(FindingKind.ORPHANED_WAIT, barrier, ranks=[0, 3], group="0")
+    missing = finding(FindingKind.COLLECTIVE_MISSING, barrier, ranks=[0, 3], group="0")
+    rep = report(p2p, orphaned, missing, verdict=Verdict.DEFECT)
+    assert headline(rep) == (
+        "DEFECT: 1 communication defect, no deadlock (p2p-mismatch); 2 findings follow from "
+        "it (orphaned-wait, collective-missing)"
+    )
+    # AND a wait on a rank outside the mismatch is a defect of its own
+    other = finding(FindingKind.ORPHANED_WAIT, barrier, ranks=[0, 1], group="0")
+    assert headline(report(p2p, other, verdict=Verdict.DEFECT)).startswith(
+        "DEFECT: 2 communication defects"
+    )
+
+
 def test_a_failed_job_names_the_rank_that_ended_before_a_collective_the_others_issued() -> None:
     # GIVEN rank 1 ended (os._exit, a crash or a kill dl2 could not tell) before
     # all_reduce #4 of the world, which ranks 0 and 2 issued and failed in

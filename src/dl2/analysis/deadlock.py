@@ -409,13 +409,22 @@ def _deadlock_part(
             else ""
         )
         message = f"{head}: " + "; ".join(parts) + (f" ({notes[0]})" if notes else "") + tail + "."
+        hint = _hint(ops, notes, graph)
+        ended = sorted({g for r in cycle for g in wfg.waits_on_exited(r)})
+        if ended and any(o.op == "recv" and o.peer is None for o in ops):
+            # a wildcard on the cycle was to be released by a rank that ended instead
+            hint = (
+                f"The receive from any rank on the cycle was to be met by {rank_list(ended)}, "
+                f"which ended first (see the orphaned wait): make every rank send what the "
+                f"others wait for before it exits (same number of steps, no early return)."
+            )
         findings.append(
             Finding(
                 kind=FindingKind.DEADLOCK,
                 ranks=tuple(members),
                 ops=tuple(refs),
                 message=message,
-                hint=_hint(ops, notes, graph),
+                hint=hint,
                 cycle=cycle,
                 group=ops[0].gid if len({o.gid for o in ops}) == 1 and not stores else None,
             )

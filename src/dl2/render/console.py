@@ -150,7 +150,8 @@ def headline(report: Report) -> str:
         if after:
             follow = ", ".join(dict.fromkeys(f.kind.value for f in after))
             verb = "follows" if len(after) == 1 else "follow"
-            text += f"; {_count(len(after), 'finding')} {verb} from it ({follow})"
+            them = "it" if len(causes) == 1 else "them"
+            text += f"; {_count(len(after), 'finding')} {verb} from {them} ({follow})"
         return text
     if report.verdict is Verdict.JOB_FAILED:
         killed = [s.rank for s in report.ranks if s.status is RankStatus.KILLED]
@@ -200,24 +201,27 @@ _AFTER_MISMATCH = (FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING)
 
 
 def _after_effects(findings: Sequence[Finding]) -> list[Finding]:
-    """The findings that follow from a collective mismatch: on its group, at a later
-    position, among its ranks."""
+    """The findings that follow from a mismatch: of a collective mismatch, those on its
+    group, at a later position, among its ranks; of a send/receive size mismatch (gloo
+    aborts the receiver), those where a rank of it is the one gone or missing."""
     mismatches = [
         (f.group, f.ops[0].seq, set(f.ranks))
         for f in findings
         if f.kind is FindingKind.COLLECTIVE_MISMATCH and f.ops and f.ops[0].seq is not None
     ]
+    aborted = {r for f in findings if f.kind is FindingKind.P2P_MISMATCH for r in f.ranks}
     after = []
     for finding in findings:
         if finding.kind not in _AFTER_MISMATCH or not finding.ops:
             continue
         seqs = [op.seq for op in finding.ops]
+        absent = set(finding.ranks) - {op.rank for op in finding.ops}
         if any(
             finding.group == group
             and all(seq is not None and seq > at for seq in seqs)
             and set(finding.ranks) <= ranks
             for group, at, ranks in mismatches
-        ):
+        ) or (absent and absent <= aborted):
             after.append(finding)
     return after
 
@@ -315,6 +319,14 @@ def _call_text(op: OpRef) -> str:
     if op.api in (None, op.op) or op.op.startswith("store_"):
         return label
     return f"{label} via {op.api}"
+
+
+def _source_cell(op: OpRef) -> str:
+    """The rank table's source: the call's path, and on a line of its own where the
+    rank waited on it."""
+    if op.wait_line is None:
+        return op.path
+    return f"{op.path}\nwaited at {op.wait_location}"
 
 
 def _where_text(op: OpRef) -> str:
@@ -507,7 +519,7 @@ def _rank_table(states: Sequence[RankState]) -> RenderableType:
                 Text("" if op is None else _call_text(op), style="cyan", overflow="fold"),
                 Text("" if op is None else op.detail, overflow="fold"),
                 # folded, not cut: the line number at its end must show
-                Text("" if op is None else op.where, style="dim", overflow="fold"),
+                Text("" if op is None else _source_cell(op), style="dim", overflow="fold"),
                 Text(_waits_text(state)),
             ]
         )
@@ -517,7 +529,7 @@ def _rank_table(states: Sequence[RankState]) -> RenderableType:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
     # "waits on" keeps its ranks on one line, the source its file:line (when up to 40
     # characters; a longer one folds): the other columns wrap first
-    short = all(len(row[4].plain) <= 40 for row in cells)
+    short = all(len(line) <= 40 for row in cells for line in row[4].plain.splitlines())
     for i in keep:
         table.add_column(headers[i], no_wrap=i < 2 or i == 5 or (i == 4 and short))
     for row in cells:

@@ -244,6 +244,18 @@ def test_a_cycle_through_a_wildcard_a_rank_that_exited_should_have_met_says_so()
     assert FindingKind.ORPHANED_WAIT in kinds(report)
 
 
+def test_a_ddp_bucket_all_reduce_of_another_dtype_points_at_a_comm_hook():
+    # GIVEN DDP's bucket all_reduce, issued from C++ during backward on rank 0 (no API
+    # function) and by an fp16 compression hook (through dist.all_reduce) on rank 1
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 22, api=None, dtype="float32", count=90, redop="sum")
+    r1.call("all_reduce", 22, dtype="float16", count=90, redop="sum")
+    (mismatch,) = analyze(session([r0.end(), r1.end()])).findings
+    # THEN the hint is about the hook registered on some ranks, not a cast in user code
+    assert mismatch.hint.startswith("DDP's gradient bucket all_reduce")
+    assert "comm hook" in mismatch.hint
+
+
 def test_wildcard_recv_waits_on_any_sender_or_semantics():
     # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
     r0, r1, r2 = ranks(3)

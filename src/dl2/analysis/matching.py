@@ -74,6 +74,20 @@ _SHIFTED_HINT = (
     "step, a callback or hook that communicates on one rank only); compare each rank's "
     "collectives on the group up to here."
 )
+#: a mismatch of DDP's bucket all_reduce, which the user's code does not issue itself
+_DDP_BUCKET_HINTS = {
+    "dtype": (
+        "DDP's gradient bucket all_reduce (issued during backward) has another dtype on "
+        "some ranks: a compressing communication hook (fp16_compress_hook, "
+        "bf16_compress_hook) registered on some ranks only, or models of different dtypes: "
+        "register the same comm hook, and build the same model, on every rank."
+    ),
+    "count": (
+        "DDP's gradient buckets (all_reduced during backward) differ in size between "
+        "ranks: the models differ (a layer added, frozen or left unused on some ranks): "
+        "build the same model with the same trainable parameters on every rank."
+    ),
+}
 #: the same at a group's first collective: nothing came before it on the group
 _FIRST_SHIFTED_HINT = (
     "The ranks reached the group's first collective from different lines of the program: "
@@ -87,6 +101,9 @@ def _mismatch_hint(
     differing: tuple[str, ...], op: str, ops: list[Op] | None = None, position: int = 1
 ) -> str:
     key = "op" if "op" in differing else differing[0]
+    if ops and op == "all_reduce" and key in ("dtype", "count") and any(o.api is None for o in ops):
+        # issued from C++ during backward: DDP's bucket all_reduce (or its comm hook's)
+        return _DDP_BUCKET_HINTS[key]
     # where each rank came from: its whole stack of the user's frames (one helper line
     # reached from two call sites is two paths)
     sites = {tuple((f.file, f.line) for f in o.stack) for o in ops or () if o.stack}

@@ -256,6 +256,27 @@ def test_a_ddp_bucket_all_reduce_of_another_dtype_points_at_a_comm_hook():
     assert "comm hook" in mismatch.hint
 
 
+def test_a_receive_from_the_wrong_parent_names_the_rank_that_sends_to_it():
+    # GIVEN a tree broadcast where rank 3 receives from rank 2 (its parent is rank 1),
+    # rank 1 blocks sending to rank 3 and ranks 0 and 2 wait in the barrier
+    r0, r1, r2, r3 = ranks(4)
+    r0.call("send", 19, peer=1)
+    r1.call("recv", 15, peer=0)
+    r0.call("send", 19, peer=2)
+    r2.call("recv", 15, peer=0)
+    r1.call("send", 19, peer=3, complete=False)
+    r3.call("recv", 15, peer=2, complete=False)
+    r0.call("barrier", 22, complete=False)
+    r2.call("barrier", 22, complete=False)
+    found = analyze(session([r0, r1, r2, r3])).findings[0]
+    # THEN the sender that waits on rank 3 is named, not "rank 2 went on without a send"
+    assert (
+        "wrong peer: rank 1 is blocked sending to rank 3 (train.py:19), which receives from "
+        "rank 2, and rank 2 went on to barrier #0 on group 0"
+    ) in found.message
+    assert found.hint.startswith("Each send must meet its receive")
+
+
 def test_wildcard_recv_waits_on_any_sender_or_semantics():
     # GIVEN rank 0 in recv(src=None) and rank 1 still running: no deadlock
     r0, r1, r2 = ranks(3)

@@ -107,6 +107,25 @@ def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -
                 f"{other.op}s {'to' if other.op == 'send' else 'from'} rank {other_peer} first"
             )
     if other.kind != "p2p" and op.op == "recv":
+        # another rank blocked sending to this one: the receive names the wrong peer
+        crossed = next(
+            (
+                sender
+                for rank, node in wfg.waiting.items()
+                if rank not in (op.rank, op.peer)
+                and node.clauses
+                and (sender := _stuck_op(node)).op == "send"
+                and sender.peer == op.rank
+                and sender.gid == op.gid
+            ),
+            None,
+        )
+        if crossed is not None:
+            return (
+                f"wrong peer: rank {crossed.rank} is blocked sending to rank {op.rank} "
+                f"({where(crossed)}), which receives from rank {op.peer}, and rank {op.peer} "
+                f"went on to {phrase(other)}"
+            )
         # the sender went on to a collective (or a store call): did it send its part?
         sends, recvs = graph.p2p_issued(op.gid, op.peer, op.rank)
         if sends < recvs:

@@ -51,8 +51,27 @@ def _stuck_op(node: RankNode) -> Op:
     return node.clauses[0].op
 
 
-def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -> str | None:
-    """Why an unmatched P2P op has no partner: wrong tag or wrong peer, if visible."""
+#: (group, receiver) -> the sends ranks are blocked in toward it
+Senders = dict[tuple[str, int], list[Op]]
+
+
+def _blocked_senders(wfg: WaitForGraph) -> Senders:
+    """The sends the waiting ranks are blocked in, by (group, receiver): built once per
+    deadlock, not per clause (a deadlock of thousands of ranks asks for each)."""
+    found: Senders = {}
+    for node in wfg.waiting.values():
+        if node.clauses:
+            sent = _stuck_op(node)
+            if sent.op == "send" and sent.peer is not None:
+                found.setdefault((sent.gid, sent.peer), []).append(sent)
+    return found
+
+
+def _p2p_explanation(
+    graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause, senders: Senders
+) -> str | None:
+    """Why an unmatched P2P op has no partner: wrong tag or wrong peer, if visible
+    (``senders``: :func:`_blocked_senders` of ``wfg``)."""
     op = clause.op
     if clause.reason == "no-rank":
         members = graph.group_members(op.gid)
@@ -109,15 +128,7 @@ def _p2p_explanation(graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause) -
     if other.kind != "p2p" and op.op == "recv":
         # another rank blocked sending to this one: the receive names the wrong peer
         crossed = next(
-            (
-                sender
-                for rank, node in wfg.waiting.items()
-                if rank not in (op.rank, op.peer)
-                and node.clauses
-                and (sender := _stuck_op(node)).op == "send"
-                and sender.peer == op.rank
-                and sender.gid == op.gid
-            ),
+            (sender for sender in senders.get((op.gid, op.rank), ()) if sender.rank != op.peer),
             None,
         )
         if crossed is not None:
@@ -199,17 +210,17 @@ def _unreached(graph: ExecutionGraph | None, ops: list[Op]) -> str:
     group 2 and went on to barrier #0 on group 0. ")."""
     if graph is None:
         return ""
+    first: dict[str, tuple[Op, int]] = {}  # group -> the first op waiting on it, its seq
     for waiting in ops:
-        if waiting.kind != "collective" or waiting.seq is None:
-            continue
-        members = graph.group_members(waiting.gid)
+        if waiting.kind == "collective" and waiting.seq is not None:
+            first.setdefault(waiting.gid, (waiting, waiting.seq))
+    for gid, (waiting, seq) in first.items():
+        members = frozenset(graph.group_members(gid))
         for other in ops:
-            if other.rank == waiting.rank or other.gid == waiting.gid:
-                continue
-            if other.rank not in members:
+            if other.gid == gid or other.rank not in members:
                 continue
             issued = graph.issued_count(waiting.gid, other.rank)
-            if issued > waiting.seq:
+            if issued > seq:
                 continue
             return (
                 f"Rank {waiting.rank} waits in {phrase(waiting)}, which rank {other.rank} "
@@ -392,13 +403,14 @@ def _deadlock_part(
     """The findings of one independent part of the deadlock set (``members``, with its
     shortest ``cycle``, empty if none)."""
     findings: list[Finding] = []
+    senders = _blocked_senders(wfg)
     if cycle:
         ops = [_stuck_op(wfg.nodes[r]) for r in cycle]
         notes = [
             n
             for r in cycle
             for c in wfg.nodes[r].clauses
-            if (n := _p2p_explanation(graph, wfg, c)) is not None
+            if (n := _p2p_explanation(graph, wfg, c, senders)) is not None
         ]
         refs = [op_ref(o) for o in ops]  # each op's ref built once (where() builds one)
         parts = [
@@ -483,7 +495,7 @@ def _deadlock_part(
             n
             for r in members[:_NOTED_RANKS]
             for c in wfg.nodes[r].clauses
-            if (n := _p2p_explanation(graph, wfg, c)) is not None
+            if (n := _p2p_explanation(graph, wfg, c, senders)) is not None
         ]
         why = f": {'; '.join(notes[:3])}" if notes else ""
         findings.append(

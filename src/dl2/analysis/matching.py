@@ -166,11 +166,12 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
             if not slot.mismatched:
                 continue
             ops = [slot.ops[r] for r in sorted(slot.ops)]
+            paths = _paths(ops)
             sides = ", ".join(
                 f"rank {o.rank} calls {o.op}"
                 + (f" ({o.signature})" if o.signature else "")
                 + (_exchange_sizes(o) if "split_sizes" in slot.differing else "")
-                + f" at {_where_apart(o, ops)}"
+                + f" at {_where_apart(o, paths)}"
                 for o in ops
             )
             findings.append(
@@ -254,20 +255,36 @@ def _site(op: Op) -> tuple[tuple[str, int], ...]:
     return tuple((f.file, f.line) for f in op.stack)
 
 
-def _where_apart(op: Op, others: list[Op]) -> str:
-    """:func:`where` of ``op``, and, when another of ``others`` names the same line
-    from another call path, the innermost line where the paths differ (``train.py:18,
-    reached from train.py:31``)."""
+def _where_apart(op: Op, paths: Paths) -> str:
+    """:func:`where` of ``op``, and, when another rank names the same line from another
+    call path (``paths``: :func:`_paths` of the ranks' ops), the innermost line where
+    the paths differ (``train.py:18, reached from train.py:31``)."""
     here = where(op)
-    frame = op.frame
-    for other in others:
-        if other is op or other.frame != frame or other.stack == op.stack:
-            continue
-        for mine, theirs in zip(op.stack, other.stack, strict=False):
+    other = paths.get(op.frame, {}).get(op.stack)
+    if other is not None:
+        for mine, theirs in zip(op.stack, other, strict=False):
             if mine != theirs:
                 return f"{here}, reached from {frame_location(mine)}"
-        break
     return here
+
+
+#: named line -> a call path to it -> another path to the same line
+Paths = dict[Frame | None, dict[tuple[Frame, ...], tuple[Frame, ...]]]
+
+
+def _paths(ops: Sequence[Op]) -> Paths:
+    """The named lines that ``ops`` reach by two call paths (the first two seen), each
+    path mapped to the other: built once for all the ranks of a slot."""
+    by_line: dict[Frame | None, list[tuple[Frame, ...]]] = {}
+    for op in ops:
+        stacks = by_line.setdefault(op.frame, [])
+        if len(stacks) < 2 and op.stack not in stacks:
+            stacks.append(op.stack)
+    return {
+        line: {stacks[0]: stacks[1], stacks[1]: stacks[0]}
+        for line, stacks in by_line.items()
+        if len(stacks) == 2
+    }
 
 
 #: how the sentence of :func:`_shift_text` starts: an explanation that needs the whole
@@ -296,9 +313,9 @@ def _shift_text(
     if k is None or sa[k + 1 :] != sb[k:]:
         return ""
     return (
-        f"{SHIFT_SENTENCE}{rank_list(ahead)}'s collective #{k} ({_where_apart(a[k], [b[k]])}) "
-        f"has no counterpart on {rank_list(behind)}, whose #{k} is at "
-        f"{_where_apart(b[k], [a[k]])}; from "
+        f"{SHIFT_SENTENCE}{rank_list(ahead)}'s collective #{k} "
+        f"({_where_apart(a[k], _paths([a[k], b[k]]))}) has no counterpart on "
+        f"{rank_list(behind)}, whose #{k} is at {_where_apart(b[k], _paths([a[k], b[k]]))}; from "
         f"there on their collectives paired one position apart (same signatures, so the "
         f"backend did not notice): {rank_list(ahead)} issued one more there, or "
         f"{rank_list(behind)} skipped it."

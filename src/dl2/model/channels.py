@@ -126,6 +126,7 @@ class Channels:
 
     def __init__(self) -> None:
         self._links: dict[Channel, Link] = {}
+        self._pairs: dict[tuple[str, int, int], list[Link]] = {}  # (group, from, to) -> links
         self._mail: dict[Mailbox, set[Channel]] = {}  # mailbox -> channels into it
         self._pending: dict[Mailbox, list[OpState]] = {}  # wildcards of unknown sender
 
@@ -142,16 +143,16 @@ class Channels:
         if link is None:
             link = self._links[key] = Link(key)
             self._mail.setdefault(mailbox(key), set()).add(key)
+            self._pairs.setdefault((key[0], key[1], key[2]), []).append(link)
         return link
 
     def issued(self, gid: str, sender: int, receiver: int) -> tuple[int, int]:
         """The sends and the receives issued from ``sender`` to ``receiver`` on ``gid``,
         every tag, folded ones included (a wildcard receive once its sender is known)."""
         sends = recvs = 0
-        for key, link in self._links.items():
-            if key[0] == gid and key[1] == sender and key[2] == receiver:
-                sends += link.sends.end
-                recvs += link.recvs.end
+        for link in self._pairs.get((gid, sender, receiver), ()):
+            sends += link.sends.end
+            recvs += link.recvs.end
         return sends, recvs
 
     def add(self, st: OpState) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from dl2.render.jsonreport import FORMAT_VERSION as REPORT_FORMAT_VERSION
 from dl2.trace.session import load_session
 from model_agreement import check_agreement
 
@@ -234,7 +235,7 @@ def test_dl2_run(case: Case, dl2_bin: Path, tmp_path: Path) -> None:
             assert not stores, f"store calls recorded in {case.name}: {stores[:3]}"
 
     assert report.get("format") == "dl2-report", context
-    assert report.get("format_version") == 2, context
+    assert report.get("format_version") == REPORT_FORMAT_VERSION, context
     expected_code = EXIT_CODES[case.label]
     assert returncode == expected_code, f"exit {returncode}, expected {expected_code}\n{context}"
     assert report["verdict"] == case.label, context

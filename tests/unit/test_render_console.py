@@ -75,6 +75,14 @@ def test_findings_a_collective_mismatch_brings_about_are_not_counted_as_defects(
         "DEFECT: 1 communication defect, no deadlock (collective-mismatch); 2 findings "
         "follow from it (orphaned-wait, collective-missing)"
     )
+    # AND once the mismatched ranks failed (gloo aborted them), the waits on them on
+    # another group follow from it too
+    on_world = op_ref(2, "barrier", seq=0, group="0")
+    sub = finding(FindingKind.COLLECTIVE_MISMATCH, *[op_ref(r, seq=0, group="1") for r in (0, 1)])
+    world_wait = finding(FindingKind.ORPHANED_WAIT, on_world, ranks=[0, 2], group="0")
+    states = [rank_state(r, "failed") for r in (0, 1)] + [rank_state(r, "blocked") for r in (2, 3)]
+    rep = report(sub, world_wait, ranks=states, verdict=Verdict.DEFECT)
+    assert headline(rep).endswith("; 1 finding follows from it (orphaned-wait)")
     # AND a finding on another group, or before the mismatch, is a defect of its own
     other = finding(FindingKind.COLLECTIVE_MISSING, op_ref(0, seq=5, group="3"), group="3")
     before = finding(FindingKind.ORPHANED_WAIT, op_ref(0, seq=0), ranks=[0, 1], group="0")

@@ -87,6 +87,16 @@ def _p2p_explanation(
                 f"rank {partner.rank} dropped the Work of its matching {name} "
                 f"({where(partner)}) without wait(): gloo never moves that message"
             )
+    if op.op == "recv" and op.peer is None:
+        # a receive from any rank: the sends blocked toward it, all under other tags
+        coming = senders.get((op.gid, op.rank), [])
+        if coming and all((s.tag or 0) != (op.tag or 0) for s in coming):
+            first = coming[0]
+            return (
+                f"tags differ: rank {op.rank} receives from any rank with tag {op.tag or 0}, "
+                f"rank {first.rank} is blocked sending to it ({where(first)}) with tag "
+                f"{first.tag or 0}"
+            )
     if op.kind != "p2p" or op.peer is None:
         return None
     peer_node = wfg.nodes.get(op.peer)
@@ -203,13 +213,14 @@ def _gone_states(graph: ExecutionGraph, wfg: WaitForGraph, gone: Sequence[int]) 
     return ("; " if any(causes) else ", ").join(parts)
 
 
-def _unreached(graph: ExecutionGraph | None, ops: list[Op]) -> str:
+def _unreached(graph: ExecutionGraph | None, ops: list[Op]) -> tuple[str, int]:
     """Of ranks waiting in collectives of different groups: the first whose group's
     collective another of them has not issued, with the counts that show it ("Rank 2
     waits in all_reduce #3 on group 2, which rank 3 has not issued: it issued 3 on
-    group 2 and went on to barrier #0 on group 0. ")."""
+    group 2 and went on to barrier #0 on group 0. "), and that rank's count on the
+    group; ("", 0) when none."""
     if graph is None:
-        return ""
+        return "", 0
     first: dict[str, tuple[Op, int]] = {}  # group -> the first op waiting on it, its seq
     for waiting in ops:
         if waiting.kind == "collective" and waiting.seq is not None:
@@ -226,8 +237,8 @@ def _unreached(graph: ExecutionGraph | None, ops: list[Op]) -> str:
                 f"Rank {waiting.rank} waits in {phrase(waiting)}, which rank {other.rank} "
                 f"has not issued: it issued {issued} on group {waiting.gid} and went on to "
                 f"{phrase(other)}. "
-            )
-    return ""
+            ), issued
+    return "", 0
 
 
 def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) -> str:
@@ -295,6 +306,11 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
             "or exchange with batch_isend_irecv."
         )
     if kinds == {"recv"}:
+        if any(o.is_async for o in ops):  # some already irecv: their sends come late
+            return (
+                "Every rank in the cycle receives first: make one side send first, or post "
+                "the receives with irecv and the sends with isend before waiting on either."
+            )
         return (
             "Every rank in the cycle receives first: make one side send first, or post the "
             "receive with irecv before sending."
@@ -307,14 +323,23 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
     groups = {o.gid for o in ops if o.kind == "collective"}
     if len(groups) > 1:
         listed = ", ".join(sorted(groups))
-        unreached = _unreached(graph, ops)
+        unreached, issued = _unreached(graph, ops)
         if unreached:
-            return unreached + (
-                "Either it skipped one of that group's collectives (a rank-dependent "
-                "branch, a hook or a no_grad path taken on some ranks only: compare the "
-                "ranks' calls on the group), or the ranks issue the groups' collectives in "
-                "different orders (issue them in the same order on every rank), or a rank "
-                "passes another group than its peers."
+            skipped = (
+                "it skipped one of that group's collectives, or the others issued one more "
+                "(a rank-dependent branch, a hook or a no_grad path taken on some ranks "
+                "only: compare the ranks' calls on the group)"
+            )
+            ordered = (
+                "the ranks issue the groups' collectives in different orders (issue them in "
+                "the same order on every rank)"
+            )
+            # at a group's first collective there is nothing to skip before it: the
+            # order comes first
+            first, second = (ordered, skipped) if issued == 0 else (skipped, ordered)
+            return (
+                f"{unreached}Either {first}, or {second}, or a rank passes another group "
+                "than its peers."
             )
         return (
             f"The ranks wait in collectives of different groups (groups {listed}): "
@@ -324,8 +349,12 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
             "group the others still use."
         )
     if all(o.kind == "collective" for o in ops):
+        at = ops[0].seq
+        see = (
+            "the first divergence" if at is None else f"the mismatch at #{at} on group {ops[0].gid}"
+        )
         return (
-            "The ranks are in different collectives of the same group (see the first divergence): "
+            f"The ranks are in different collectives of the same group (see {see}): "
             "make every member issue the same collectives in the same order; look for a "
             "rank-dependent branch."
         )

@@ -167,12 +167,19 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                 continue
             ops = [slot.ops[r] for r in sorted(slot.ops)]
             paths = _paths(ops)
+            # ranks that call alike are one side ("ranks 0-2 call all_reduce ... at ...")
+            alike: dict[str, list[int]] = {}
+            for o in ops:
+                call = (
+                    f"{o.op}"
+                    + (f" ({o.signature})" if o.signature else "")
+                    + (_exchange_sizes(o) if "split_sizes" in slot.differing else "")
+                    + f" at {_where_apart(o, paths)}"
+                )
+                alike.setdefault(call, []).append(o.rank)
             sides = ", ".join(
-                f"rank {o.rank} calls {o.op}"
-                + (f" ({o.signature})" if o.signature else "")
-                + (_exchange_sizes(o) if "split_sizes" in slot.differing else "")
-                + f" at {_where_apart(o, paths)}"
-                for o in ops
+                f"{rank_list(who)} call{'s' if len(who) == 1 else ''} {call}"
+                for call, who in alike.items()
             )
             findings.append(
                 Finding(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import shutil
+from collections.abc import Collection
 from collections.abc import Iterable
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -143,7 +144,8 @@ def headline(report: Report) -> str:
     if report.verdict is Verdict.DEFECT:
         if not findings:
             return "DEFECT: a communication defect was found; the job did not hang"
-        after = _after_effects(findings)
+        failed = {s.rank for s in report.ranks if s.status in _FAILED}
+        after = _after_effects(findings, failed)
         causes = [f for f in findings if f not in after]
         kinds = ", ".join(dict.fromkeys(f.kind.value for f in causes))
         text = f"DEFECT: {_count(len(causes), 'communication defect')}, no deadlock ({kinds})"
@@ -200,16 +202,23 @@ def headline(report: Report) -> str:
 _AFTER_MISMATCH = (FindingKind.ORPHANED_WAIT, FindingKind.COLLECTIVE_MISSING)
 
 
-def _after_effects(findings: Sequence[Finding]) -> list[Finding]:
+_FAILED = (RankStatus.FAILED, RankStatus.KILLED)
+
+
+def _after_effects(findings: Sequence[Finding], failed: Collection[int] = ()) -> list[Finding]:
     """The findings that follow from a mismatch: of a collective mismatch, those on its
     group, at a later position, among its ranks; of a send/receive size mismatch (gloo
-    aborts the receiver), those where a rank of it is the one gone or missing."""
+    aborts the receiver) or a collective mismatch whose ranks failed (``failed``), those
+    where a rank of it is the one gone or missing, on any group."""
     mismatches = [
         (f.group, f.ops[0].seq, set(f.ranks))
         for f in findings
         if f.kind is FindingKind.COLLECTIVE_MISMATCH and f.ops and f.ops[0].seq is not None
     ]
     aborted = {r for f in findings if f.kind is FindingKind.P2P_MISMATCH for r in f.ranks}
+    aborted |= {
+        r for f in findings if f.kind is FindingKind.COLLECTIVE_MISMATCH for r in f.ranks
+    } & set(failed)
     after = []
     for finding in findings:
         if finding.kind not in _AFTER_MISMATCH or not finding.ops:
@@ -598,8 +607,10 @@ def _op_grid(rows: Sequence[tuple[list[int], OpRef | None]]) -> RenderableType:
         if op is None:
             cells.append([who, Text("(never called)", "red"), Text(""), Text("")])
         else:
-            call = Text(_call_text(op), "cyan")
-            cells.append([who, call, Text(op.detail), Text(_where_text(op), "dim")])
+            # folded, never cut with "…": a long file name keeps its line number
+            call = Text(_call_text(op), "cyan", overflow="fold")
+            where = Text(_where_text(op), "dim", overflow="fold")
+            cells.append([who, call, Text(op.detail, overflow="fold"), where])
     keep = [i for i in range(4) if any(row[i].plain for row in cells)]
     grid = Table.grid(padding=(0, 2))
     for _ in keep:

@@ -193,6 +193,27 @@ def test_user_stack_keeps_at_most_eight_frames() -> None:
     assert all(f[2].endswith(("ping", "pong")) for f in frames)
 
 
+def test_an_exception_is_named_at_the_line_that_raised_not_where_finally_left_it() -> None:
+    import json
+
+    def inner() -> None:
+        try:
+            raise ValueError("missing key")  # the line that raised
+        finally:
+            cleanup = 1
+            cleanup += 1  # the frame's last line once the exception left it
+
+    def outer() -> None:
+        inner()  # the caller's line
+
+    try:
+        outer()
+    except ValueError as err:
+        frames = json.loads(stack.STACKS.text(stack.raised_at(err)))
+    assert frames[0][1] == inner.__code__.co_firstlineno + 2
+    assert frames[1][1] == outer.__code__.co_firstlineno + 1
+
+
 def test_a_recursions_repeated_frame_is_kept_once() -> None:
     import json
 

@@ -158,6 +158,11 @@ def _frame_json(code: CodeType, frame: FrameType, lines: dict[int, str]) -> str:
     return text
 
 
+def _frame_json_at(code: CodeType, line: int) -> str:
+    """The encoded ``[file, line, function]`` of a frame at a given line (not cached)."""
+    return frame_json(code.co_filename, line, getattr(code, "co_qualname", code.co_name))
+
+
 def capture(frame: FrameType | None) -> tuple[str | None, int]:
     """The API called and the user stack, starting at ``frame`` (the caller of a hook).
 
@@ -189,12 +194,13 @@ def capture(frame: FrameType | None) -> tuple[str | None, int]:
     return api, user_stack_id(f)
 
 
-def user_stack_id(frame: FrameType | None) -> int:
+def user_stack_id(frame: FrameType | None, lines: dict[int, int] | None = None) -> int:
     """The id (in :data:`STACKS`) of the up to MAX_FRAMES user frames from ``frame``
     outwards, innermost first, a recursion's repeated frame (same function, same line)
     kept once; when all of them are installed packages' frames, the last is replaced
     by the first frame of the user's own code further out (if within MAX_WALK
-    frames)."""
+    frames).  ``lines``: id(frame) -> the line to name for it instead of its current
+    one (a traceback's: where the exception passed)."""
     cache = _cache
     parts: list[str] = []
     own = False  # a frame of the user's own code (not an installed package) is kept
@@ -206,6 +212,8 @@ def user_stack_id(frame: FrameType | None) -> int:
         entry = cache.get(id(code)) or _entry(code)
         if entry[1] == USER:
             text = entry[2].get(f.f_lasti) or _frame_json(code, f, entry[2])
+            if lines is not None and id(f) in lines:
+                text = _frame_json_at(code, lines[id(f)])
             if parts and text is parts[-1]:
                 # recursion (the same function at the same line): kept once, so that
                 # the frames that started it still fit
@@ -222,7 +230,10 @@ def user_stack_id(frame: FrameType | None) -> int:
                 parts[-1] = text  # the outermost kept: the user's
             break
         if entry[1] == THIRD and len(parts) < MAX_FRAMES:
-            parts.append(entry[2].get(f.f_lasti) or _frame_json(code, f, entry[2]))
+            if lines is not None and id(f) in lines:
+                parts.append(_frame_json_at(code, lines[id(f)]))
+            else:
+                parts.append(entry[2].get(f.f_lasti) or _frame_json(code, f, entry[2]))
             if len(parts) >= MAX_FRAMES and own:
                 break
         f = f.f_back
@@ -243,9 +254,16 @@ def raised_at(exc: BaseException) -> int:
     tb = exc.__traceback__
     if tb is None:
         return 0
-    while tb.tb_next is not None:
+    # each frame the exception passed is named at the line it passed there, not where
+    # the frame is now (a ``finally`` block may have run since)
+    lines: dict[int, int] = {}
+    while True:
+        if isinstance(tb.tb_lineno, int) and tb.tb_lineno > 0:
+            lines[id(tb.tb_frame)] = tb.tb_lineno
+        if tb.tb_next is None:
+            break
         tb = tb.tb_next
-    return user_stack_id(tb.tb_frame)
+    return user_stack_id(tb.tb_frame, lines)
 
 
 def in_distributed_call(frame: FrameType | None) -> bool:

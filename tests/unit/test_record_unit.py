@@ -214,6 +214,18 @@ def test_an_exception_is_named_at_the_line_that_raised_not_where_finally_left_it
     assert frames[1][1] == outer.__code__.co_firstlineno + 1
 
 
+def test_a_long_exception_message_keeps_its_start_and_its_end() -> None:
+    from dl2.record.recorder import _describe
+
+    wrapped = RuntimeError(
+        "CheckpointException ranks:[1]\n" + "Traceback line\n" * 60 + "Missing key"
+    )
+    text = _describe(wrapped)
+    assert len(text) <= 500
+    assert text.startswith("RuntimeError: CheckpointException") and text.endswith("Missing key")
+    assert _describe(ValueError("short")) == "ValueError: short"
+
+
 def test_a_recursions_repeated_frame_is_kept_once() -> None:
     import json
 

@@ -443,8 +443,10 @@ def source_of(work: Any, anysource_ranks: list[int] | None) -> int | None:
 
 
 def _describe(err: BaseException) -> str:
+    """``Type: message``, at most 500 characters: a longer message keeps its start and
+    its end (an exception that wraps another's traceback says what failed last)."""
     text = f"{type(err).__name__}: {err}"
-    return text if len(text) <= 500 else text[:497] + "..."
+    return text if len(text) <= 500 else text[:247] + " ... " + text[-248:]
 
 
 RECORDER: Recorder | None = None

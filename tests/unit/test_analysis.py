@@ -554,6 +554,22 @@ def test_a_call_that_timed_out_waiting_on_a_slow_rank_is_a_hang_naming_that_rank
     assert not any(f.kind is FindingKind.FAILED_CALL for f in report.findings)
 
 
+def test_a_lazy_connect_refused_by_an_exited_peer_is_no_timeout():
+    # GIVEN rank 1's first all_reduce on a lazily connected group failing with gloo's
+    # "timed out connecting: ... Connection refused": rank 0 had left with os._exit(0)
+    # (no end record, no failed op)
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.create_group("1", [0, 1])
+        r.call("barrier", 15)
+    refused = "RuntimeError: [pair.cc:152] timed out connecting: SO_ERROR: Connection refused"
+    r1.wait(r1.issue("all_reduce", 24, gid="1"), err=refused)
+    report = analyze(session([r0, r1], states={0: EXITED, 1: FAILED}))
+    # THEN rank 1 waited on a rank that was gone: not a hang "needing a longer timeout"
+    assert not any(f.kind is FindingKind.HANG for f in report.findings), report.findings
+    assert FindingKind.ORPHANED_WAIT in kinds(report)
+
+
 def test_a_store_wait_that_timed_out_on_a_slow_setter_is_a_hang_naming_it():
     # GIVEN rank 0's store.wait(["ckpt"], 3 s) raised on its timeout while rank 1 was
     # still running Python code (a slow checkpoint) before setting the key

@@ -544,10 +544,19 @@ def _deadlock_part(
 TIMEOUT_ERRORS = ("timed out", "timeout", "timing out")
 
 
+#: errors that say "timed out" but mean the peer is gone: gloo's lazy connect to an
+#: exited rank retries until its timeout, then reports the refused connection
+_GONE_NOT_TIMEOUT = ("connection refused",)
+
+
 def timed_out(op: Op) -> bool:
-    """The op raised on its timeout."""
+    """The op raised on its timeout (not on a connection its exited peer refused)."""
     lowered = (op.error or "").lower()
-    return not op.completed and any(text in lowered for text in TIMEOUT_ERRORS)
+    return (
+        not op.completed
+        and any(text in lowered for text in TIMEOUT_ERRORS)
+        and not any(text in lowered for text in _GONE_NOT_TIMEOUT)
+    )
 
 
 def _waited_on(graph: ExecutionGraph, op: Op) -> Clause | None:

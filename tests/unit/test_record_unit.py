@@ -214,6 +214,56 @@ def test_an_exception_is_named_at_the_line_that_raised_not_where_finally_left_it
     assert frames[1][1] == outer.__code__.co_firstlineno + 1
 
 
+def test_a_thread_waiting_on_an_executor_task_that_waits_on_a_work_waits_in_comm(
+    tmp_path: Path,
+) -> None:
+    import concurrent.futures
+
+    import torch
+
+    from dl2.record.recorder import Recorder
+    from dl2.record.watchdog import _waited_elsewhere
+    from dl2.record.works import watched_future
+
+    rec = Recorder(str(tmp_path))
+    real: Any = torch.futures.Future()
+    future = watched_future(real, rec)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    task = pool.submit(future.wait)  # the task waits on the pending work's future
+    waiting = threading.Thread(target=task.result, daemon=True)  # the rank's main thread
+    waiting.start()
+    spin = threading.Event()
+    spinner = threading.Thread(target=lambda: [0 for _ in iter(spin.is_set, True)], daemon=True)
+    last: dict[int, int] = {}
+
+    def look() -> Any:
+        frames = sys._current_frames()
+        ident = waiting.ident or 0
+        return _waited_elsewhere(frames.get(ident), frames, {}, ident, last)
+
+    try:
+        deadline = time.monotonic() + 10
+        found = None
+        while time.monotonic() < deadline and found is None:
+            found = look()  # the first look sees the other threads for the first time
+            time.sleep(0.2)
+        # THEN the waiting thread waits where the task does: in communication
+        assert found is not None and stack.where(found) == "comm"
+        # AND not while another thread runs (it may yet release the wait)
+        spinner.start()
+        time.sleep(0.2)
+        look()  # the spinner seen for the first time
+        time.sleep(0.2)
+        assert look() is None
+        del found
+    finally:
+        spin.set()
+        real.set_result([1])
+        waiting.join(5)
+        spinner.join(5)
+        pool.shutdown(wait=True)
+
+
 def test_a_long_exception_message_keeps_its_start_and_its_end() -> None:
     from dl2.record.recorder import _describe
 

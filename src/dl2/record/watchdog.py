@@ -113,6 +113,57 @@ def _joined_wait(frame: Any, frames: dict[int, Any], blocking: dict[int, int]) -
     return None
 
 
+#: the standard library's modules a thread waits in for another thread: a join, a
+#: lock, an event or condition, a queue, an executor's future
+_STDLIB = os.path.dirname(threading.__file__)
+_WAIT_FILES = frozenset(
+    {
+        threading.__file__,
+        os.path.join(_STDLIB, "queue.py"),
+        os.path.join(_STDLIB, "concurrent", "futures", "_base.py"),
+    }
+)
+
+
+#: CPU (and run-queue) time a thread may gain between two looks and still count as
+#: not running: 10 ms
+_IDLE_NS = 10_000_000
+
+
+def _waited_elsewhere(
+    frame: Any,
+    frames: dict[int, Any],
+    blocking: dict[int, int],
+    watched: int,
+    last: dict[int, int],
+) -> Any:
+    """When ``frame``'s thread waits in the standard library for another thread (an
+    executor's result, a queue, an event): the innermost frame of a thread that waits
+    in communication, provided no other thread ran since the last look (``last``: each
+    thread's time then, updated here; one that runs may still release the wait, and a
+    thread not seen before counts as running); else None."""
+    if frame is None or frame.f_code.co_filename not in _WAIT_FILES:
+        return None
+    me = threading.get_ident()
+    found = None
+    ran = False
+    for ident, inner in frames.items():
+        if ident in (watched, me):
+            continue
+        if where(inner, 0.0, ident in blocking) == "comm":
+            found = found or inner
+            continue
+        times = _thread_times(ident)
+        before = last.get(ident)
+        if times is None or before is None or times[0] - before > _IDLE_NS:
+            ran = True
+        if times is not None:
+            last[ident] = times[0]
+    for ident in [i for i in last if i not in frames]:
+        del last[ident]
+    return None if ran else found
+
+
 class Watchdog:
     """The per-process watchdog thread.
 
@@ -139,6 +190,7 @@ class Watchdog:
         self._spot_since = 0
         self._spot_at = 0
         self._spot_cpu = -1
+        self._others: dict[int, int] = {}  # other threads' times at the last look
         self._thread = threading.Thread(target=self._run, name="dl2-watchdog", daemon=True)
 
     def start(self) -> None:
@@ -210,8 +262,12 @@ class Watchdog:
         still_s = self._still_s(frame, watched, now)
         doing = where(frame, still_s, watched in blocking)
         if doing == "python" and still_s >= STILL_S:
-            # asleep in a join of a thread that waits in communication: the rank waits there
-            joined = _joined_wait(frame, frames, blocking)
+            # asleep in a join of a thread that waits in communication (or in another
+            # wait of the standard library while such a thread waits and none runs):
+            # the rank waits there
+            joined = _joined_wait(frame, frames, blocking) or _waited_elsewhere(
+                frame, frames, blocking, watched, self._others
+            )
             if joined is not None:
                 frame, doing = joined, "comm"
             del joined

@@ -683,6 +683,10 @@ def test_a_report_adds_the_programs_line_and_the_packages_line_around_the_named_
     assert caller_frame((script, entry)) is None and package_frame((script, entry)) is None
     assert caller_frame((package,)) is None and package_frame((package,)) is None
     assert caller_frame(()) is None and package_frame(()) is None
+    # AND the code string a spawned process starts in (multiprocessing's "<string>") is
+    # no program file: the script's line is named alone
+    spawned = (Frame("/proj/test_jobs.py", 28, "_send_send"), Frame("<string>", 1, "<module>"))
+    assert report_frame(spawned) == spawned[0] and caller_frame(spawned) is None
 
 
 # -- any bytes: a clean error or a valid partial read -----------------------------------------

@@ -539,8 +539,14 @@ def _rank_table(states: Sequence[RankState]) -> RenderableType:
     # "waits on" keeps its ranks on one line, the source its file:line (when up to 40
     # characters; a longer one folds): the other columns wrap first
     short = all(len(line) <= 40 for row in cells for line in row[4].plain.splitlines())
+    # a longer source wraps between its parts ("train.py:14 → p2p.py:5"), each whole
+    word = min(40, max((len(w) for row in cells for w in row[4].plain.split()), default=0))
     for i in keep:
-        table.add_column(headers[i], no_wrap=i < 2 or i == 5 or (i == 4 and short))
+        table.add_column(
+            headers[i],
+            no_wrap=i < 2 or i == 5 or (i == 4 and short),
+            min_width=word if i == 4 and not short else None,
+        )
     for row in cells:
         table.add_row(*(row[i] for i in keep))
     if len(rows) > MAX_RANK_ROWS:

@@ -73,7 +73,12 @@ def caller_frame(stack: Sequence[Frame]) -> Frame | None:
     named = report_frame(stack)
     if named is None:
         return None
-    entry = next((f for f in reversed(stack) if not is_installed_file(f.file)), None)
+    # the outermost frame of a real file: not a launcher's code string ("<string>" of
+    # multiprocessing's spawn, "<stdin>")
+    entry = next(
+        (f for f in reversed(stack) if not is_installed_file(f.file) and f.file[:1] != "<"),
+        None,
+    )
     if entry is None or entry.file == named.file:
         return None
     below = False

@@ -109,10 +109,28 @@ def runs(dl2_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, R
         name, job, backend, env = spec
         args = ["--hang-timeout", "30", "-n", "2", str(root / f"{job}.py")]
         extra = dict(env, JOB_BACKEND=backend)
-        return name, dl2_run(dl2_bin, root / name, args, env=extra)
+        run = dl2_run(dl2_bin, root / name, args, env=extra)
+        if job == "ok" and _torn_down(run):
+            # torch aborted a rank at interpreter teardown, after the job's work (as it
+            # does now and then without dl2): dl2 rightly said so; run the job once more
+            run = dl2_run(dl2_bin, root / f"{name}-again", args, env=extra)
+        return name, run
 
     with ThreadPoolExecutor(2) as pool:
         return dict(pool.map(one, RUNS))
+
+
+def _torn_down(run: Run) -> bool:
+    """The job's ranks did their work, then one was aborted at interpreter teardown."""
+    try:
+        warnings = run.report.get("warnings", [])
+    except (OSError, ValueError):
+        return False
+    return (
+        run.returncode != 0
+        and "terminate called without an active exception" in run.output
+        and any("failed at interpreter exit, after its program had ended" in w for w in warnings)
+    )
 
 
 def _trace_ops(run: Run, rank: int) -> str:

@@ -214,20 +214,25 @@ def test_an_exception_is_named_at_the_line_that_raised_not_where_finally_left_it
     assert frames[1][1] == outer.__code__.co_firstlineno + 1
 
 
+def _pending_work_future(tmp_path: Path) -> tuple[Any, Any]:
+    """A pending op's future (torch's) and the one dl2 hands the user for it."""
+    import torch
+
+    from dl2.record.recorder import Recorder
+    from dl2.record.works import watched_future
+
+    real: Any = torch.futures.Future()
+    return real, watched_future(real, Recorder(str(tmp_path)))
+
+
 def test_a_thread_waiting_on_an_executor_task_that_waits_on_a_work_waits_in_comm(
     tmp_path: Path,
 ) -> None:
     import concurrent.futures
 
-    import torch
-
-    from dl2.record.recorder import Recorder
     from dl2.record.watchdog import _waited_elsewhere
-    from dl2.record.works import watched_future
 
-    rec = Recorder(str(tmp_path))
-    real: Any = torch.futures.Future()
-    future = watched_future(real, rec)
+    real, future = _pending_work_future(tmp_path)
     pool = concurrent.futures.ThreadPoolExecutor(1)
     task = pool.submit(future.wait)  # the task waits on the pending work's future
     waiting = threading.Thread(target=task.result, daemon=True)  # the rank's main thread
@@ -1242,16 +1247,10 @@ def test_a_future_chained_on_a_works_future_is_marked_as_waiting_on_the_op(tmp_p
 def test_a_thread_joining_a_helper_that_waits_on_a_work_waits_in_communication(
     tmp_path: Path,
 ) -> None:
-    import torch
-
-    from dl2.record.recorder import Recorder
     from dl2.record.watchdog import _joined_wait
-    from dl2.record.works import watched_future
 
-    rec = Recorder(str(tmp_path))
     # GIVEN a helper thread waiting on a pending work's future, another on a plain event
-    real: Any = torch.futures.Future()
-    future = watched_future(real, rec)
+    real, future = _pending_work_future(tmp_path)
     stop = threading.Event()
     on_work = threading.Thread(target=future.wait, daemon=True)
     on_event = threading.Thread(target=stop.wait, daemon=True)

@@ -13,7 +13,9 @@ from dl2.render.console import cycle_line
 from dl2.render.console import headline
 from dl2.render.console import op_label
 from dl2.render.console import rank_list
+from dl2.report import Finding
 from dl2.report import FindingKind
+from dl2.report import OpRef
 from dl2.report import Report
 from dl2.report import Verdict
 from sample_reports import collective_mismatch
@@ -61,15 +63,21 @@ def test_headline_variants() -> None:
     assert headline(report(verdict=Verdict.DEFECT)).startswith("DEFECT:")
 
 
+def _gone_rank_findings(waiting: OpRef, gone: int) -> tuple[Finding, Finding]:
+    """An orphaned wait of ``waiting`` on rank ``gone``, and ``gone`` missing its op."""
+    ranks = sorted({waiting.rank, gone})
+    return (
+        finding(FindingKind.ORPHANED_WAIT, waiting, ranks=ranks, group=waiting.group),
+        finding(FindingKind.COLLECTIVE_MISSING, waiting, ranks=ranks, group=waiting.group),
+    )
+
+
 def test_findings_a_collective_mismatch_brings_about_are_not_counted_as_defects() -> None:
     # GIVEN a mismatch at all_reduce #1 of group 0, then (gloo aborted rank 1) rank 0
     # waiting on rank 1 at #2 and rank 1 missing #2; and an unrelated one on group 3
     at_one = [op_ref(r, seq=1) for r in (0, 1)]
     mismatch = finding(FindingKind.COLLECTIVE_MISMATCH, *at_one, group="0")
-    waited = op_ref(0, seq=2)
-    orphaned = finding(FindingKind.ORPHANED_WAIT, waited, ranks=[0, 1], group="0")
-    missing = finding(FindingKind.COLLECTIVE_MISSING, waited, ranks=[0, 1], group="0")
-    rep = report(mismatch, orphaned, missing, verdict=Verdict.DEFECT)
+    rep = report(mismatch, *_gone_rank_findings(op_ref(0, seq=2), 1), verdict=Verdict.DEFECT)
     # THEN the headline counts the mismatch, and says what follows from it
     assert headline(rep) == (
         "DEFECT: 1 communication defect, no deadlock (collective-mismatch); 2 findings "
@@ -95,9 +103,7 @@ def test_findings_a_send_receive_size_mismatch_brings_about_follow_from_it() -> 
     # waiting on rank 3 in a barrier that rank 3 never issued
     p2p = finding(FindingKind.P2P_MISMATCH, op_ref(2, "send", peer=3), op_ref(3, "recv", peer=2))
     barrier = op_ref(0, "barrier", seq=0)
-    orphaned = finding(FindingKind.ORPHANED_WAIT, barrier, ranks=[0, 3], group="0")
-    missing = finding(FindingKind.COLLECTIVE_MISSING, barrier, ranks=[0, 3], group="0")
-    rep = report(p2p, orphaned, missing, verdict=Verdict.DEFECT)
+    rep = report(p2p, *_gone_rank_findings(barrier, 3), verdict=Verdict.DEFECT)
     assert headline(rep) == (
         "DEFECT: 1 communication defect, no deadlock (p2p-mismatch); 2 findings follow from "
         "it (orphaned-wait, collective-missing)"

@@ -254,6 +254,13 @@ def test_a_ddp_bucket_all_reduce_of_another_dtype_points_at_a_comm_hook():
     # THEN the hint is about the hook registered on some ranks, not a cast in user code
     assert mismatch.hint.startswith("DDP's gradient bucket all_reduce")
     assert "comm hook" in mismatch.hint
+    # AND a rank in its own all_reduce at another line (it ran no backward: no data)
+    # gets the hint for ranks in different calls
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 32, api=None, dtype="float32", count=90, redop="sum")
+    r1.call("all_reduce", 35, dtype="float32", count=1, redop="sum")
+    (mismatch,) = analyze(session([r0.end(), r1.end()])).findings
+    assert "different lines of the program" in mismatch.hint
 
 
 def test_a_receive_from_the_wrong_parent_names_the_rank_that_sends_to_it():

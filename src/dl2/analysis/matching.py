@@ -101,8 +101,15 @@ def _mismatch_hint(
     differing: tuple[str, ...], op: str, ops: list[Op] | None = None, position: int = 1
 ) -> str:
     key = "op" if "op" in differing else differing[0]
-    if ops and op == "all_reduce" and key in ("dtype", "count") and any(o.api is None for o in ops):
-        # issued from C++ during backward: DDP's bucket all_reduce (or its comm hook's)
+    if (
+        ops
+        and op == "all_reduce"
+        and key in ("dtype", "count")
+        and any(o.api is None for o in ops)
+        and len({o.frame for o in ops}) == 1
+    ):
+        # issued from C++ during backward, every rank at its backward line: DDP's bucket
+        # all_reduce (or its comm hook's); another line on a rank is a shifted one
         return _DDP_BUCKET_HINTS[key]
     # where each rank came from: its whole stack of the user's frames (one helper line
     # reached from two call sites is two paths)

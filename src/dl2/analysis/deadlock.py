@@ -57,7 +57,7 @@ Senders = dict[tuple[str, int], list[Op]]
 
 def _blocked_senders(wfg: WaitForGraph) -> Senders:
     """The sends the waiting ranks are blocked in, by (group, receiver): built once per
-    deadlock, not per clause (a deadlock of thousands of ranks asks for each)."""
+    analysis, not per clause or per part of the deadlock set."""
     found: Senders = {}
     for node in wfg.waiting.values():
         if node.clauses:
@@ -108,10 +108,11 @@ def _p2p_explanation(
     if not (other.op == want and other.gid == op.gid and other.peer == op.rank):
         # the peer waits elsewhere: its pending op for this rank (an isend posted, not
         # yet waited on) may be there, with another tag
+        sender, receiver = (op.peer, op.rank) if want == "send" else (op.rank, op.peer)
         pending = [
             o
-            for o in graph.p2p_ops(op.peer)
-            if o.op == want and o.gid == op.gid and o.peer == op.rank and not o.completed
+            for o in graph.p2p_unmatched(op.gid, sender, receiver, want)
+            if not o.completed  # an eager send completes unmatched
         ]
         if pending and all(o.tag != op.tag for o in pending):
             first = pending[0]
@@ -381,8 +382,9 @@ def deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]
     if not wfg.deadlocked:
         return []
     findings: list[Finding] = []
+    senders = _blocked_senders(wfg)  # once for every part: W ranks may make W/2 parts
     for part in _independent_parts(wfg):
-        findings.extend(_deadlock_part(graph, wfg, part, _root_cycle(wfg, part)))
+        findings.extend(_deadlock_part(graph, wfg, part, _root_cycle(wfg, part), senders))
     return findings
 
 
@@ -427,12 +429,16 @@ def _independent_parts(wfg: WaitForGraph) -> list[list[int]]:
 
 
 def _deadlock_part(
-    graph: ExecutionGraph, wfg: WaitForGraph, members: list[int], cycle: tuple[int, ...]
+    graph: ExecutionGraph,
+    wfg: WaitForGraph,
+    members: list[int],
+    cycle: tuple[int, ...],
+    senders: Senders,
 ) -> list[Finding]:
     """The findings of one independent part of the deadlock set (``members``, with its
-    shortest ``cycle``, empty if none)."""
+    shortest ``cycle``, empty if none; ``senders``: :func:`_blocked_senders` of
+    ``wfg``)."""
     findings: list[Finding] = []
-    senders = _blocked_senders(wfg)
     if cycle:
         ops = [_stuck_op(wfg.nodes[r]) for r in cycle]
         notes = [

@@ -155,6 +155,20 @@ class Channels:
             recvs += link.recvs.end
         return sends, recvs
 
+    def unmatched(self, gid: str, sender: int, receiver: int, kind: str) -> list[OpState]:
+        """The sends (``kind`` "send") or receives from ``sender`` to ``receiver`` on
+        ``gid``, every tag, that no op of the other side meets, in program order: what
+        the channels keep past the other side's end."""
+        found = []
+        for link in self._pairs.get((gid, sender, receiver), ()):
+            side, other = (link.sends, link.recvs) if kind == "send" else (link.recvs, link.sends)
+            for position in range(max(other.end, side.base), side.end):
+                st = side.at(position)
+                if st is not None:
+                    found.append(st)
+        found.sort(key=_index)
+        return found
+
     def add(self, st: OpState) -> None:
         if st.pending_wildcard:
             waiting = self._pending.setdefault(_box(st), [])

@@ -309,6 +309,15 @@ class ExecutionGraph:
         self.check()
         return self._model.matcher.channels.issued(gid, sender, receiver)
 
+    def p2p_unmatched(self, gid: str, sender: int, receiver: int, kind: str) -> tuple[Op, ...]:
+        """The sends (``kind`` "send") or receives from ``sender`` to ``receiver`` on
+        ``gid`` that nothing on the other side meets, in program order: O(those ops),
+        whatever the history."""
+        self.check()
+        return tuple(
+            st.op() for st in self._model.matcher.channels.unmatched(gid, sender, receiver, kind)
+        )
+
     def issued_count(self, gid: str, rank: int) -> int:
         """How many collectives ``rank`` issued on group ``gid`` (folded ones included)."""
         self.check()

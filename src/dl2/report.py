@@ -133,23 +133,23 @@ class OpRef:
     def path(self) -> str:
         """:attr:`location` with the lines around it, outermost first
         (``train.py:24 → metrics.py:6``, ``train.py:17 → callbacks.py:6``)."""
-        text = self.location
-        if self.called_from is not None:
-            text = f"{frame_location(self.called_from)} → {text}"
-        if self.inside is not None:
-            text = f"{text} → {frame_location(self.inside)}"
-        return text
+        return self._lines(functions=False)
 
     @property
     def call_path(self) -> str:
         """:attr:`path` with each line's function (``train.py:24 in main →
         metrics.py:6 in compute``)."""
-        here = self.location if self.function is None else f"{self.location} in {self.function}"
-        parts = [here]
+        return self._lines(functions=True)
+
+    def _lines(self, functions: bool) -> str:
+        def text(location: str, function: str | None) -> str:
+            return f"{location} in {function}" if functions and function is not None else location
+
+        parts = [text(self.location, self.function)]
         if self.called_from is not None:
-            parts.insert(0, f"{frame_location(self.called_from)} in {self.called_from.function}")
+            parts.insert(0, text(frame_location(self.called_from), self.called_from.function))
         if self.inside is not None:
-            parts.append(f"{frame_location(self.inside)} in {self.inside.function}")
+            parts.append(text(frame_location(self.inside), self.inside.function))
         return " → ".join(parts)
 
     @property

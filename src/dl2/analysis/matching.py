@@ -113,7 +113,7 @@ def _mismatch_hint(
         return _DDP_BUCKET_HINTS[key]
     # where each rank came from: its whole stack of the user's frames (one helper line
     # reached from two call sites is two paths)
-    sites = {tuple((f.file, f.line) for f in o.stack) for o in ops or () if o.stack}
+    sites = {o.stack for o in ops or () if o.stack}
     if key in ("count", "dtype", "redop", "root") and len(sites) > 1:
         hint = _SHIFTED_HINT if position > 0 else _FIRST_SHIFTED_HINT
         return hint.format(what=", ".join(differing))
@@ -265,10 +265,6 @@ def _sites(graph: ExecutionGraph, gid: str, rank: int, count: int) -> list[Op] |
     return found
 
 
-def _site(op: Op) -> tuple[tuple[str, int], ...]:
-    return tuple((f.file, f.line) for f in op.stack)
-
-
 def _where_apart(op: Op, paths: Paths) -> str:
     """:func:`where` of ``op``, and, when another rank names the same line from another
     call path (``paths``: :func:`_paths` of the ranks' ops), the innermost line where
@@ -322,14 +318,15 @@ def _shift_text(
     b = _sites(graph, gid, behind[0], last)
     if a is None or b is None:
         return ""
-    sa, sb = [_site(o) for o in a], [_site(o) for o in b]
+    sa, sb = [o.stack for o in a], [o.stack for o in b]
     k = next((i for i in range(last) if sa[i] != sb[i]), None)
     if k is None or sa[k + 1 :] != sb[k:]:
         return ""
+    paths = _paths([a[k], b[k]])
     return (
-        f"{SHIFT_SENTENCE}{rank_list(ahead)}'s collective #{k} "
-        f"({_where_apart(a[k], _paths([a[k], b[k]]))}) has no counterpart on "
-        f"{rank_list(behind)}, whose #{k} is at {_where_apart(b[k], _paths([a[k], b[k]]))}; from "
+        f"{SHIFT_SENTENCE}{rank_list(ahead)}'s collective #{k} ({_where_apart(a[k], paths)}) "
+        f"has no counterpart on {rank_list(behind)}, whose #{k} is at "
+        f"{_where_apart(b[k], paths)}; from "
         f"there on their collectives paired one position apart (same signatures, so the "
         f"backend did not notice): {rank_list(ahead)} issued one more there, or "
         f"{rank_list(behind)} skipped it."

@@ -87,6 +87,12 @@ def _thread_times(ident: int) -> tuple[int, str] | None:
         return None
 
 
+def _in_comm(ident: int, frame: Any, blocking: dict[int, int]) -> bool:
+    """Whether another thread (not the watched one) waits in communication now: a
+    work's or its future's wait, or a blocking op it issued."""
+    return where(frame, 0.0, ident in blocking) == "comm"
+
+
 #: threading's functions a thread sits in while it joins another
 _JOINS = frozenset({"join", "_wait_for_tstate_lock"})
 _THREADING_FILE = threading.__file__
@@ -105,9 +111,9 @@ def _joined_wait(frame: Any, frames: dict[int, Any], blocking: dict[int, int]) -
         joined = frame.f_locals.get("self")
         ident = getattr(joined, "ident", None)
         inner = frames.get(ident) if ident is not None else None
-        if inner is None:
+        if ident is None or inner is None:
             return None
-        if where(inner, 0.0, ident in blocking) == "comm":
+        if _in_comm(ident, inner, blocking):
             return inner
         frame = inner
     return None
@@ -150,7 +156,7 @@ def _waited_elsewhere(
     for ident, inner in frames.items():
         if ident in (watched, me):
             continue
-        if where(inner, 0.0, ident in blocking) == "comm":
+        if _in_comm(ident, inner, blocking):
             found = found or inner
             continue
         times = _thread_times(ident)

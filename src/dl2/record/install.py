@@ -111,7 +111,7 @@ def install(run_dir: str | None = None) -> bool:
         state = _Installed(rec)
         _register_backend(dist)
         _patch(state, dist)
-        _patch_comm_hooks(state)
+        _patch_comm_hooks(state, dist)
         _patch_threads(state)
         _patch_spawn(state)
         _patch_launchers(state)
@@ -219,29 +219,27 @@ def translate_backend(backend: Any) -> str | None:
 # -- the patches ----------------------------------------------------------------------
 
 
-def _patch_comm_hooks(state: _Installed) -> None:
-    """DDP reads a comm hook's future in C++: the hook's result goes back as the future
-    torch made (:func:`~dl2.record.works.source_future`), so that an op that fails
-    fails DDP's backward with the op's own error, as it does without dl2."""
-    try:
-        from torch.nn.parallel import DistributedDataParallel
-
-        from dl2.record.works import source_future
-    except Exception:
+def _patch_comm_hooks(state: _Installed, dist: Any) -> None:
+    """A comm hook's future is read in C++ (DDP's reducer, through
+    ``dist._register_comm_hook``, which ``DistributedDataParallel.register_comm_hook``
+    calls): the hook's result goes back as the future torch made
+    (:func:`~dl2.record.works.source_future`), so that an op that fails fails the
+    backward pass with the op's own error, as it does without dl2."""
+    original = getattr(dist, "_register_comm_hook", None)
+    if original is None:
         return
-    original = DistributedDataParallel.register_comm_hook
+    from dl2.record.works import source_future  # imports torch: here, not at import
 
-    def register_comm_hook(self: Any, hook_state: object, hook: Any) -> Any:
+    def _register_comm_hook(reducer: Any, hook_state: object, hook: Any) -> Any:
         if not callable(hook):
-            return original(self, hook_state, hook)
+            return original(reducer, hook_state, hook)
 
-        @functools.wraps(hook)  # DDP reads the hook's signature and name
         def returns_torchs_future(*args: Any, **kwargs: Any) -> Any:
             return source_future(hook(*args, **kwargs))
 
-        return original(self, hook_state, returns_torchs_future)
+        return original(reducer, hook_state, returns_torchs_future)
 
-    state.patch(DistributedDataParallel, "register_comm_hook", register_comm_hook)
+    state.patch(dist, "_register_comm_hook", _register_comm_hook)
 
 
 def _patch(state: _Installed, dist: Any) -> None:

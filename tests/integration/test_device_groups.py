@@ -20,6 +20,8 @@ import pytest
 from test_online import Run
 from test_online import dl2_run
 
+from teardown import torn_down
+
 HERE = Path(__file__).resolve().parent
 
 JOB_HEAD = f"""
@@ -110,9 +112,7 @@ def runs(dl2_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, R
         args = ["--hang-timeout", "30", "-n", "2", str(root / f"{job}.py")]
         extra = dict(env, JOB_BACKEND=backend)
         run = dl2_run(dl2_bin, root / name, args, env=extra)
-        if job == "ok" and _torn_down(run):
-            # torch aborted a rank at interpreter teardown, after the job's work (as it
-            # does now and then without dl2): dl2 rightly said so; run the job once more
+        if job == "ok" and _torn_down(run):  # torch's abort at teardown: once more
             run = dl2_run(dl2_bin, root / f"{name}-again", args, env=extra)
         return name, run
 
@@ -121,16 +121,12 @@ def runs(dl2_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, R
 
 
 def _torn_down(run: Run) -> bool:
-    """The job's ranks did their work, then one was aborted at interpreter teardown."""
+    """The job's ranks did their work, then torch aborted one at interpreter teardown."""
     try:
         warnings = run.report.get("warnings", [])
     except (OSError, ValueError):
         return False
-    return (
-        run.returncode != 0
-        and "terminate called without an active exception" in run.output
-        and any("failed at interpreter exit, after its program had ended" in w for w in warnings)
-    )
+    return torn_down(run.returncode, run.output, warnings)
 
 
 def _trace_ops(run: Run, rank: int) -> str:

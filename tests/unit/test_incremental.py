@@ -235,19 +235,20 @@ def test_reading_a_run_chunk_by_chunk_gives_the_report_of_a_whole_read(tmp_path,
 
 
 def test_a_small_trace_is_opened_once(tmp_path, monkeypatch):
-    import builtins
+    import os
 
     import dl2.trace.stream as stream_module
 
     # GIVEN a run of 64 ranks whose traces each fit in the first read
     run_dir = write_run_dir(healthy_then_ring(64, 3), tmp_path / "run")
     opened: list[str] = []
+    real_open = os.open
 
     def counting_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
         opened.append(str(path))
-        return builtins.open(path, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(stream_module, "open", counting_open, raising=False)
+    monkeypatch.setattr(stream_module.os, "open", counting_open)
     # WHEN it is read chunk by chunk
     traces, graph = stream_run(run_dir)
     # THEN each file was opened once (not once more to find its end), and the report is

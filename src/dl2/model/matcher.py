@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -283,6 +284,71 @@ class Matcher:
             slot.queued = True
             slot.epoch = self._epoch
             self._queue.append(slot)
+
+    def add_done_many(self, sts: Sequence[OpState]) -> None:
+        """:meth:`add_done` of each of ``sts``, in order (a rank's run of blocking calls:
+        what depends only on the group is looked up once per group, not once per op)."""
+        add_done = self.add_done
+        slots = self.slots
+        issued_of = self._issued
+        member_sets = self._member_sets
+        bases = self._bases
+        gid_at: str | None = None
+        issued: dict[int, int] = {}
+        group: dict[int, _Slot] = {}
+        for st in sts:
+            rec = st.rec
+            op = rec.op
+            if op in _UNSLOTTED:
+                gid_at = None
+                add_done(st)
+                continue
+            gid = rec.gid
+            if gid != gid_at:
+                issued = issued_of.get(gid)  # type: ignore[assignment]
+                group = slots.get(gid)  # type: ignore[assignment]
+                if issued is None or group is None:
+                    gid_at = None
+                    add_done(st)  # the group's first op (or first since it folded)
+                    continue
+                gid_at = gid
+            rank = st.rank
+            pos = issued.get(rank)
+            if pos is None:  # its first op on the group: add_done's own checks
+                gid_at = None
+                add_done(st)
+                continue
+            self.retained += 1
+            issued[rank] = pos + 1
+            st.pos = pos
+            slot = group.get(pos)
+            if slot is None:
+                slot = group[pos] = _Slot(gid, pos, {rank: st}, 1, False, rec, op in EXCHANGE_OPS)
+                have = 1
+            else:
+                if not slot.varied:
+                    first = slot.first
+                    slot.varied = (
+                        rec.op != first.op  # type: ignore[union-attr]
+                        or rec.dtype != first.dtype  # type: ignore[union-attr]
+                        or rec.count != first.count  # type: ignore[union-attr]
+                        or rec.redop != first.redop  # type: ignore[union-attr]
+                        or rec.root != first.root  # type: ignore[union-attr]
+                        or rec.splits != first.splits  # type: ignore[union-attr]
+                    )
+                ops = slot.ops
+                ops[rank] = st
+                slot.done += 1
+                have = len(ops)
+                if slot.done != have or slot.queued:
+                    continue
+            members = member_sets.get(gid)
+            if members is not None and have < len(members) and gid not in bases:
+                continue  # not every member issued it yet
+            if self._finished(slot):
+                slot.queued = True
+                slot.epoch = self._epoch
+                self._queue.append(slot)
 
     def done(self, st: OpState) -> None:
         """An op completed: queue its slot or channel for folding once all of it did."""

@@ -147,6 +147,8 @@ class Sink(Protocol):
 
     def add_done(self, st: OpState) -> None: ...
 
+    def add_done_many(self, sts: Sequence[OpState]) -> None: ...
+
     def undone(self, st: OpState) -> None: ...
 
     def resolved(self, st: OpState) -> None: ...
@@ -417,21 +419,27 @@ class RankModel:
         ``wait`` (id ``wait_ids[k]``, None: the op's id + 1, on it), ``ret`` of the wait
         (no ``err``, no ``src``), with the outcome of :meth:`feed` of those records
         (their times, threads and stacks are not read)."""
-        if wait_ids is None:
-            wait_ids = [rec.id + 1 for rec in ops]
         waits = self.waits
         calls = self.open_calls
         model_ops = self.ops
-        add_done = self.sink.add_done
+        add_done_many = self.sink.add_done_many
         rank = self.rank
         complete_on_return = _COMPLETE_ON_RETURN
         # the counters in locals, written back before a call fed record by record and
-        # at the end (``add_done`` reads none of them)
+        # at the end (the matcher reads none of them); the new ops go to the matcher
+        # together, before such a call and at the end
         n_ops, n_records, active = self.n_ops, self.n_records, self.activity_at
-        for rec, wait_id in zip(ops, wait_ids, strict=True):
+        done: list[OpState] = []
+        if wait_ids is not None and len(wait_ids) != len(ops):
+            raise ValueError("one wait id per op")
+        for index, rec in enumerate(ops):
             rid = rec.id
+            wait_id = rid + 1 if wait_ids is None else wait_ids[index]
             if rec.eager or rec.op in complete_on_return or rid in waits or rid in model_ops:
                 # not a plain blocking call: its records, one by one
+                if done:
+                    add_done_many(done)
+                    done = []
                 self.n_ops, self.n_records, self.activity_at = n_ops, n_records, active
                 self.feed(
                     (
@@ -453,7 +461,9 @@ class RankModel:
             active = n_records + 3  # the wait's ret
             n_records += 4
             model_ops[rid] = st
-            add_done(st)
+            done.append(st)
+        if done:
+            add_done_many(done)
         self.n_ops, self.n_records, self.activity_at = n_ops, n_records, active
         if self.ended == "destroy" and ops:
             self.ended = None  # ops after destroy (init_process_group again): it goes on

@@ -157,7 +157,10 @@ class SegmentDecoder:
         us, last, next_id = self._us, self._last, self._next_id
         ops_before, last_tid, last_sid = self._ops_before, self._last_tid, self._last_sid
         first = self._first
-        for index, item in enumerate(decode_lines(lines)):
+        items = decode_lines(lines)
+        n_items = len(items)
+        numbered = enumerate(items)
+        for index, item in numbered:
             kind = type(item)
             if kind is OpLine:
                 template = descs.get(item.did)  # type: ignore[union-attr]
@@ -178,7 +181,24 @@ class SegmentDecoder:
                         seqs[skey] = seq + 1
                     ops_before += 1
                     last_tid = record.tid
-                    append(_replace(record, id=oid, t=t0 + us * 1000, seq=seq, batch=item.batch))  # type: ignore[union-attr]
+                    op = _replace(record, id=oid, t=t0 + us * 1000, seq=seq, batch=item.batch)  # type: ignore[union-attr]
+                    if calls and index + 1 < n_items:
+                        done = items[index + 1]
+                        if type(done) is IssuedDoneLine and last_sid in stacks:
+                            # its k line next: the op, its ret, the wait on it and the
+                            # wait's ret are one call, into the run it follows (or a new
+                            # one); the IssuedDoneLine branch below, for this case
+                            next(numbered)
+                            us += done.dt + done.dt_ret
+                            last = wid = oid + 1
+                            if wid >= next_id:
+                                next_id = wid + 1
+                            if out and type(out[-1]) is CallRun:  # type: ignore[comparison-overlap]
+                                out[-1].append(op)  # type: ignore[attr-defined]
+                            else:
+                                append(CallRun((op,)))  # type: ignore[arg-type]
+                            continue
+                    append(op)
                     continue
             elif kind is IssuedDoneLine:
                 stack = stacks.get(last_sid)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
+from typing import Any
 from typing import Protocol
 
 from dl2.model.ops import NO_DATA_OPS
@@ -375,6 +376,17 @@ class _Timelines(Mapping[int, Timeline]):
     def __contains__(self, rank: object) -> bool:
         self._graph.check()
         return isinstance(rank, int) and self._graph._model.rank_model(rank) is not None
+
+    def get(self, rank: int, default: Any = None) -> Any:  # type: ignore[override]
+        """Mapping.get, without its exception when the timeline is built already (the
+        analyses ask for each rank's many times)."""
+        found = self._cache.get(rank)
+        if found is not None:
+            return found
+        try:
+            return self[rank]
+        except KeyError:
+            return default
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._graph.traced)

@@ -49,10 +49,22 @@ class Frame(msgspec.Struct, array_like=True, frozen=True, gc=False):
 _STDLIB = re.compile(r"[/\\]lib[/\\]python\d(?:\.\d+)?[/\\]|[/\\]Lib[/\\][^/\\]+\.py$")
 
 
+#: file -> is_installed_file's answer (a report asks it of the same few files for every
+#: rank's op, thousands of times in a large job)
+_INSTALLED: dict[str, bool] = {}
+
+
 def is_installed_file(file: str) -> bool:
     """A file of an installed package (site-packages) or of Python's own library, not
     of the user's own code."""
-    return "site-packages" in file or "dist-packages" in file or _STDLIB.search(file) is not None
+    known = _INSTALLED.get(file)
+    if known is None:
+        known = (
+            "site-packages" in file or "dist-packages" in file or _STDLIB.search(file) is not None
+        )
+        if len(_INSTALLED) < 10_000:
+            _INSTALLED[file] = known
+    return known
 
 
 def report_frame(stack: Sequence[Frame]) -> Frame | None:

@@ -21,9 +21,13 @@ offline,disk``):
   (b) R ranks x 100, R = 256, 512, 1,024 ... 8,192 (``--quick``: 256, 512, 1,024; the
   full run starts at 256 too, so that the growth shows when the larger sizes do not
   fit).  Every rank ends blocked: ranks 0 and 1 in a send/send cycle, the others in a
-  barrier.  A run counts only with exit status 3 and a JSON report whose deadlock
-  finding has the cycle 0, 1 and the generated source lines; anything else is a
-  failure, not a timing.  Wall time, records/s (records in the files / wall), records
+  barrier; (c) R ranks x 10, R = 1,024 ... 8,192 (``--quick``: 512, 1,024;
+  ``--split-sizes``), split in halves at the last call: the lower half in an all_reduce,
+  the upper half in a barrier at the same position of the world group, each rank waiting
+  on the W/2 ranks of the other half (W^2/4 waits: the wait-for graph must not cost
+  that).  A run counts only with exit status 3 and a JSON report whose deadlock
+  finding has the cycle 0, 1 (for (c): 0, W/2) and the generated source lines; anything
+  else is a failure, not a timing.  Wall time, records/s (records in the files / wall), records
   per CPU second (user + system, ``wait4``: a loaded machine stretches wall times) and
   the child's peak RSS (``wait4``).  Records are typed records: a blocking call is
   four (op, ret, wait, ret), written as two lines.
@@ -40,8 +44,9 @@ timeout, the memory cap or the suite's time budget (``--budget-min``, 15 min, qu
 is printed as "not run" with the prediction, and the larger sizes of a sweep after a
 timeout or a failure are not run.  Timings take 5 runs, 3 when the first run took over
 20 s (the largest sizes); ``--quick`` takes 3 runs, 1 at the largest size of each sweep
-(a smoke figure).  ``--runs=K`` forces K runs; ``--history-sizes``, ``--ops-sizes`` and
-``--rank-sizes`` (comma-separated, ``1e6`` allowed) replace the sizes; sizes given with
+(a smoke figure).  ``--runs=K`` forces K runs; ``--history-sizes``, ``--ops-sizes``,
+``--rank-sizes`` and ``--split-sizes`` (comma-separated, ``1e6`` allowed) replace the
+sizes; sizes given with
 ``--history-sizes`` run even when predicted over a cap.  ``--render-last`` runs nothing
 and prints (with ``--docs``, writes) the tables of the last full run in scale.jsonl.
 """
@@ -94,6 +99,9 @@ OPS_WORLD = 8
 RANK_SIZES = (256, 512, 1024, 2048, 4096, 8192)
 RANK_SIZES_QUICK = (256, 512, 1024)
 RANK_OPS = 100
+SPLIT_SIZES = (1024, 2048, 4096, 8192)
+SPLIT_SIZES_QUICK = (512, 1024)
+SPLIT_OPS = 10
 DISK_OPS = 10**6
 
 RUNS, RUNS_LONG, LONG_RUN_S = 5, 3, 20.0
@@ -522,11 +530,30 @@ def analyze_run(run: scale_traces.RunDir, work: Path, index: int, opts: Options)
     )
 
 
+def check_split(report: dict[str, Any], world: int) -> str | None:
+    """None if ``report`` gives a deadlock whose cycle is rank 0 (at the generated
+    all_reduce line) and rank W/2 (at the barrier line); else what is wrong."""
+    if report.get("verdict") != "deadlock":
+        return f"verdict {report.get('verdict')!r}"
+    findings = [f for f in report.get("findings", []) if f.get("kind") == "deadlock"]
+    if not findings:
+        return "no deadlock finding"
+    cycle = findings[0].get("cycle", findings[0].get("ranks"))
+    if list(cycle or []) != [0, world // 2]:
+        return f"deadlock cycle {cycle}, expected [0, {world // 2}]"
+    sites = {(op.get("rank"), op.get("line")) for op in findings[0].get("ops", [])}
+    expected = {(0, scale_traces.REDUCE_LINE), (world // 2, scale_traces.BARRIER_LINE)}
+    if not expected <= sites:
+        return f"the cycle's ops are at {sorted(sites)}, expected {sorted(expected)}"
+    return None
+
+
 def offline_sweep(
     label: str,
     shapes: list[tuple[int, int, int]],  # (size, world, ops)
     work: Path,
     opts: Options,
+    ending: str = "cycle",
 ) -> list[Attempt]:
     sweep = Sweep(opts.analyze_timeout, opts.mem_cap_gib * 2**30, opts.deadline)
     sizes = tuple(s for s, _, _ in shapes)
@@ -546,7 +573,7 @@ def offline_sweep(
         run_dir = work / f"{label}-{world}x{ops}"
         started = time.monotonic()
         try:
-            generated = scale_traces.write_run_dir(run_dir, world, ops)
+            generated = scale_traces.write_run_dir(run_dir, world, ops, ending)
         except Exception as err:  # the generator is out of step with the encoder
             attempt.failures.append(f"generator: {err!r}")
             print(f"  {tag}: generator FAILED: {err!r}", flush=True)
@@ -579,6 +606,8 @@ def offline_sweep(
                 wrong = f"out of memory (MemoryError under the {opts.mem_cap_gib:g} GiB cap)"
             elif child.code != 3:
                 wrong = f"exit {child.code}"
+            elif ending == "split":
+                wrong = check_split(_json_file(work / f"report-{index}.json"), world)
             else:
                 wrong = check_report(
                     _json_file(work / f"report-{index}.json"),
@@ -611,7 +640,15 @@ def offline(work: Path, opts: Options) -> dict[str, Any]:
     ops = offline_sweep("ops", [(n, OPS_WORLD, n) for n in opts.ops_sizes], work, opts)
     print(f"-- (b) R ranks x {RANK_OPS} ops", flush=True)
     ranks = offline_sweep("ranks", [(r, r, RANK_OPS) for r in opts.rank_sizes], work, opts)
-    return {"ops": [asdict(a) for a in ops], "ranks": [asdict(a) for a in ranks]}
+    print(f"-- (c) R ranks x {SPLIT_OPS} ops, split in halves", flush=True)
+    split = offline_sweep(
+        "split", [(r, r, SPLIT_OPS) for r in opts.split_sizes], work, opts, ending="split"
+    )
+    return {
+        "ops": [asdict(a) for a in ops],
+        "ranks": [asdict(a) for a in ranks],
+        "split": [asdict(a) for a in split],
+    }
 
 
 def _per_cpu(extra: dict[str, Any]) -> str:
@@ -687,8 +724,9 @@ def growth_table(result: dict[str, Any]) -> str:
     for label, key, unit in (
         (f"history ({OPS_WORLD} ranks x N ops)", "ops", "ops"),
         (f"ranks (R x {RANK_OPS} ops)", "ranks", "ranks"),
+        (f"split world (R x {SPLIT_OPS} ops, halves waiting on each other)", "split", "ranks"),
     ):
-        measured = [a for a in result[key] if a["times"] and not a["failures"]]
+        measured = [a for a in result.get(key, []) if a["times"] and not a["failures"]]
         if not measured:
             continue
         base = measured[0]
@@ -795,6 +833,7 @@ class Options:
     forced_history: tuple[int, ...]
     ops_sizes: tuple[int, ...]
     rank_sizes: tuple[int, ...]
+    split_sizes: tuple[int, ...]
     history_timeout: float
     analyze_timeout: float
     mem_cap_gib: float
@@ -821,6 +860,7 @@ def parse(argv: list[str]) -> Options | str:
             "--history-sizes",
             "--ops-sizes",
             "--rank-sizes",
+            "--split-sizes",
             "--history-timeout",
             "--analyze-timeout",
             "--mem-cap-gib",
@@ -842,6 +882,8 @@ def parse(argv: list[str]) -> Options | str:
         ops_sizes=_ints(values.get("--ops-sizes", "")) or (OPS_SIZES_QUICK if quick else OPS_SIZES),
         rank_sizes=_ints(values.get("--rank-sizes", ""))
         or (RANK_SIZES_QUICK if quick else RANK_SIZES),
+        split_sizes=_ints(values.get("--split-sizes", ""))
+        or (SPLIT_SIZES_QUICK if quick else SPLIT_SIZES),
         history_timeout=float(
             values.get("--history-timeout", HISTORY_TIMEOUT_QUICK_S if quick else HISTORY_TIMEOUT_S)
         ),
@@ -915,6 +957,17 @@ def render(results: dict[str, Any]) -> str:
             "",
             offline_table(results["offline"]["ranks"], cap),
             "",
+            *(
+                [
+                    f"**Offline analysis, (c) R ranks x {SPLIT_OPS} ops, split in halves** "
+                    "(cycle 0 ⇄ W/2 checked):",
+                    "",
+                    offline_table(results["offline"]["split"], cap),
+                    "",
+                ]
+                if results["offline"].get("split")
+                else []
+            ),
             "**Growth** (analyze wall time at 1x, 2x, 4x ... the first size; exponent k = "
             "log(time ratio) / log(size ratio): 1 is linear, 2 quadratic):",
             "",
@@ -1000,7 +1053,7 @@ def main(argv: list[str]) -> int:
     for part in ("history",):
         if any(a["failures"] for a in results.get(part, {}).get("attempts", [])):
             status = 1
-    for key in ("ops", "ranks"):
+    for key in ("ops", "ranks", "split"):
         if any(a["failures"] for a in results.get("offline", {}).get(key, [])):
             status = 1
     markdown = render(results)

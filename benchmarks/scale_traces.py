@@ -33,6 +33,7 @@ STEP_LINE = 21  # the history's all_reduce, in step()
 LOOP_LINE = 40  # the call of step() in <module>
 SEND_LINE = 44  # ranks 0 and 1: send to each other (the cycle)
 BARRIER_LINE = 46  # every other rank: the barrier ranks 0 and 1 never reach
+REDUCE_LINE = 48  # "split" ending: the lower half's all_reduce where the upper half barriers
 TID = 140000000000001
 GID = "0"
 #: nanoseconds between the records of one blocking call, and between calls
@@ -56,7 +57,14 @@ def record_count(world: int, ops: int) -> int:
     return world * (INIT_RECORDS + RECORDS_PER_CALL * ops + TAIL_RECORDS)
 
 
-def write_rank(out: object, rank: int, world: int, ops: int) -> None:
+#: how a run ends: "cycle" (ranks 0 and 1 send to each other, the others wait in a
+#: barrier) or "split" (the lower half of the ranks calls all_reduce at ``REDUCE_LINE``,
+#: the upper half barrier at ``BARRIER_LINE``, at the same position of the world group:
+#: each half waits on the other, W/2 ranks on W/2)
+ENDINGS = ("cycle", "split")
+
+
+def write_rank(out: object, rank: int, world: int, ops: int, ending: str = "cycle") -> None:
     """Write rank ``rank``'s trace (after its header) to ``out`` (a binary file)."""
     chunks: list[bytes] = []
     size = 0
@@ -89,7 +97,13 @@ def write_rank(out: object, rank: int, world: int, ops: int) -> None:
         enc.hold_ret(oid + 1, t + WAIT_NS)
         oid += 2
     t += STEP_NS
-    if rank in (0, 1):
+    if ending == "split" and rank < world // 2:
+        sid = stacks.intern(encode.stack_of(_frames(REDUCE_LINE)))
+        enc.op(oid, t, TID, GID, gid_json, ops, "all_reduce", "all_reduce", fields, False, sid)
+    elif ending == "split":
+        sid = stacks.intern(encode.stack_of(_frames(BARRIER_LINE)))
+        enc.op(oid, t, TID, GID, gid_json, ops, "barrier", "barrier", "", False, sid)
+    elif rank in (0, 1):
         sid = stacks.intern(encode.stack_of(_frames(SEND_LINE)))
         fields = encode.op_fields(peer=1 - rank, tag=0, dtype="float32", count=8)
         enc.op(oid, t, TID, GID, gid_json, 0, "send", "send", fields, False, sid, peer=1 - rank)
@@ -137,18 +151,20 @@ class RunDir:
     rank0_bytes: int
 
 
-def write_run_dir(directory: Path, world: int, ops: int) -> RunDir:
+def write_run_dir(directory: Path, world: int, ops: int, ending: str = "cycle") -> RunDir:
     """Write ``world`` rank traces of ``ops`` all_reduces each, ending in the deadlock
-    (``world`` >= 2)."""
+    ``ending`` (see :data:`ENDINGS`; ``world`` >= 2)."""
     if world < 2:
-        raise ValueError("the send/send cycle needs 2 ranks")
+        raise ValueError("the deadlock needs 2 ranks")
+    if ending not in ENDINGS:
+        raise ValueError(f"unknown ending {ending!r}")
     directory.mkdir(parents=True, exist_ok=True)
     total = rank0 = 0
     for rank in range(world):
         path = directory / trace_file_name(rank, 100_000 + rank)
         with path.open("wb") as out:
             out.write(header(rank, world).encode())
-            write_rank(out, rank, world, ops)
+            write_rank(out, rank, world, ops, ending)
         size = os.path.getsize(path)
         total += size
         if rank == 0:

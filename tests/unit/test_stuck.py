@@ -375,3 +375,89 @@ def test_in_a_mismatched_collective_a_rank_waits_on_those_in_another_call() -> N
     assert wfg.waiting[1].clauses[0].targets == (2,)
     assert wfg.waiting[2].clauses[0].targets == (0, 1)
     assert wfg.deadlocked == frozenset({0, 1, 2})
+
+
+class _Counted(tuple):  # type: ignore[type-arg]
+    """A targets tuple that counts how often it is read whole."""
+
+    reads = 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        type(self).reads += 1
+        return super().__iter__()
+
+
+def _halves(world: int) -> dict[int, tuple[int, ...]]:
+    """Each rank of the lower half waits on the upper half and the other way round, every
+    rank of a half through the same tuple (as the ranks blocked in one collective)."""
+    _Counted.reads = 0
+    low, high = _Counted(range(world // 2)), _Counted(range(world // 2, world))
+    return {r: (high if r < world // 2 else low) for r in range(world)}
+
+
+def test_ranks_sharing_their_targets_cost_the_targets_once_not_once_per_rank() -> None:
+    # GIVEN 512 ranks in two halves, each waiting on the other half through one tuple
+    # (W/2 ranks times W/2 targets: 65,536 waits)
+    waits = _halves(512)
+    # WHEN the graph is reduced and its shortest cycle found
+    dead = deadlock_set({r: [Wait(t)] for r, t in waits.items()}, free=())
+    reduction_reads = _Counted.reads
+    _Counted.reads = 0
+    cycle = shortest_cycle(waits)
+    # THEN every rank is deadlocked, the cycle is the lowest pair, and each shared tuple
+    # was read a few times, not once per rank that holds it
+    assert dead == frozenset(range(512))
+    assert cycle == (0, 256)
+    assert reduction_reads <= 2
+    assert _Counted.reads <= 6
+
+
+@pytest.mark.parametrize("world", [2, 3, 6, 9])
+def test_shared_targets_give_what_copies_give(world: int) -> None:
+    # GIVEN the halves' waits, once with shared tuples and once with a copy per rank,
+    # some ranks released from outside
+    shared = _halves(world)
+    copies = {r: tuple(t) for r, t in shared.items()}
+    for free in ((), (0,), (world - 1,), tuple(range(world // 2))):
+        # THEN the reduction and the cycle do not depend on the sharing
+        assert deadlock_set({r: [Wait(t)] for r, t in shared.items()}, free) == deadlock_set(
+            {r: [Wait(t)] for r, t in copies.items()}, free
+        )
+    assert shortest_cycle(shared) == shortest_cycle(copies)
+    # a rank with a second wait of its own, and an OR wait over a shared tuple
+    mixed = {r: [Wait(t), Wait((r,) if r % 2 else ())] for r, t in shared.items()}
+    mixed_copies = {r: [Wait(tuple(w.targets)) for w in ws] for r, ws in mixed.items()}
+    assert deadlock_set(mixed, ()) == deadlock_set(mixed_copies, ())
+    any_of = {r: [Wait(t, any_of=True)] for r, t in shared.items()}
+    any_of_copies = {r: [Wait(tuple(t), any_of=True)] for r, t in shared.items()}
+    assert deadlock_set(any_of, (0,)) == deadlock_set(any_of_copies, (0,))
+
+
+def test_the_ranks_blocked_in_one_collective_share_their_targets() -> None:
+    # GIVEN 8 ranks: 0-3 in all_reduce #0, 4-7 in barrier #0 of the world group (a
+    # mismatch), and ranks 0-3 of another run where 4-7 never reach the all_reduce
+    builders = ranks(8)
+    for b in builders:
+        if b.rank < 4:
+            b.call("all_reduce", 10, count=4, complete=False)
+        else:
+            b.call("barrier", 12, complete=False)
+    wfg = wait_for(builders)
+    # THEN each half waits on the other through one tuple
+    low = [wfg.waiting[r].clauses[0].targets for r in range(4)]
+    high = [wfg.waiting[r].clauses[0].targets for r in range(4, 8)]
+    assert low[0] == (4, 5, 6, 7) and high[0] == (0, 1, 2, 3)
+    assert all(t is low[0] for t in low) and all(t is high[0] for t in high)
+    assert wfg.nodes[1].targets is low[0]
+    assert wfg.deadlocked == frozenset(range(8))
+    assert wfg.shortest_cycle() == (0, 4)
+    # and missing members: 4-7 never issue the all_reduce at all
+    builders = ranks(8)
+    for b in builders:
+        if b.rank < 4:
+            b.call("all_reduce", 10, count=4, complete=False)
+        else:
+            b.end("exit")
+    waiting = wait_for(builders).waiting
+    missing = [c.targets for r in range(4) for c in waiting[r].clauses]
+    assert missing[0] == (4, 5, 6, 7) and all(t is missing[0] for t in missing)

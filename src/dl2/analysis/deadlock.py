@@ -6,6 +6,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import pairwise
 
 from dl2.analysis.describe import KILLED_HINT
 from dl2.analysis.describe import exit_cause
@@ -393,15 +394,19 @@ def _root_cycle(wfg: WaitForGraph, part: Sequence[int]) -> tuple[int, ...]:
     that any of several senders can release is on it (a cascade behind a send/send
     pair: the pair is the cycle, the wildcard waits behind it); else the shortest cycle
     of all the waits."""
-    needed = {
-        rank: tuple(
-            target
+    needed: dict[int, Sequence[int]] = {}
+    for rank in part:
+        clauses = [
+            clause
             for clause in wfg.nodes[rank].clauses
             if not clause.any_of or len(clause.targets) == 1
-            for target in clause.targets
+        ]
+        # one clause: its own tuple, which the ranks blocked in the same slot share
+        needed[rank] = (
+            clauses[0].targets
+            if len(clauses) == 1
+            else tuple(target for clause in clauses for target in clause.targets)
         )
-        for rank in part
-    }
     return shortest_cycle(needed) or shortest_cycle({r: wfg.nodes[r].targets for r in part})
 
 
@@ -416,12 +421,25 @@ def _independent_parts(wfg: WaitForGraph) -> list[list[int]]:
             r = parent[r]
         return r
 
+    def join(a: int, b: int) -> None:
+        a, b = root(a), root(b)
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+
+    # a targets tuple shared by the ranks blocked in one slot is joined once (its ranks
+    # together, then each waiting rank to its first): linear in the distinct tuples
+    firsts: dict[int, tuple[tuple[int, ...], int | None]] = {}
     for rank in wfg.deadlocked:
-        for target in wfg.nodes[rank].targets:
-            if target in parent:
-                a, b = root(rank), root(target)
-                if a != b:
-                    parent[max(a, b)] = min(a, b)
+        for clause in wfg.nodes[rank].clauses:
+            targets = clause.targets
+            known = firsts.get(id(targets))
+            if known is None or known[0] is not targets:
+                inside = [t for t in targets if t in parent]
+                for a, b in pairwise(inside):
+                    join(a, b)
+                known = firsts[id(targets)] = (targets, inside[0] if inside else None)
+            if known[1] is not None:
+                join(rank, known[1])
     parts: dict[int, list[int]] = {}
     for rank in sorted(wfg.deadlocked):
         parts.setdefault(root(rank), []).append(rank)

@@ -188,6 +188,9 @@ class ExecutionGraph:
         self.collective_slot: Mapping[OpKey, tuple[str, int]] = _Where(self)
         self.p2p_partner: Mapping[OpKey, Op] = _Partners(self)
         self._slot_cache: dict[tuple[str, int], CollectiveSlot | None] = {}
+        #: what the wait-for graph derives once per slot and shares between the ranks
+        #: blocked in it (see :func:`dl2.model.wait_for.clause_for`)
+        self.shared_targets: dict[tuple[object, ...], tuple[int, ...]] = {}
         self._mail: dict[Mailbox, dict[OpKey, OpState]] = {}  # wildcard matches read
 
     @cached_property

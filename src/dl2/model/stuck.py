@@ -128,42 +128,58 @@ def deadlock_set(waiting: Mapping[int, Sequence[Condition]], free: Iterable[int]
         free: the ranks that can progress; a waiting rank listed here counts as free.
     """
     released = set(free)
-    # per clause: how many of its targets must still be released before it is met
-    unmet: dict[int, list[int]] = {}
+    # Clauses with the same targets (one tuple, shared by the ranks blocked in one
+    # collective) are counted once: ``need[c]`` is how many targets of shared clause
+    # ``c`` must still be released before it is met, ``subscribers[c]`` the ranks that
+    # have it.  Work is then linear in the distinct tuples' sizes, not in the ranks times
+    # the targets (W/2 ranks blocked in one collective on W/2 others).
+    shared: dict[tuple[int, bool], int] = {}
+    need: list[int] = []
+    subscribers: list[list[int]] = []
+    kept: list[Sequence[int]] = []  # the tuples whose ids key ``shared``
     open_clauses: dict[int, int] = {}  # rank -> its clauses not met yet
-    watchers: dict[int, list[tuple[int, int]]] = {}  # target -> (rank, clause index)
+    watchers: dict[int, list[int]] = {}  # target -> shared clauses it counts in
     ready: deque[int] = deque()
     for rank, clauses in waiting.items():
         if rank in released:
             continue
-        counts: list[int] = []
-        for index, clause in enumerate(clauses):
-            targets = list(dict.fromkeys(clause.targets))
-            pending = [t for t in targets if t not in released]
-            # AND: met once every target is released; OR: once one is (never if none)
-            need = int(len(pending) == len(targets)) if clause.any_of else len(pending)
-            counts.append(need)
-            if need:
-                for target in pending:
-                    watchers.setdefault(target, []).append((rank, index))
-        unmet[rank] = counts
-        open_clauses[rank] = sum(1 for need in counts if need)
-        if open_clauses[rank] == 0:
+        opened = 0
+        for clause in clauses:
+            targets = clause.targets
+            key = (id(targets), clause.any_of)
+            index = shared.get(key)
+            if index is None:
+                distinct = list(dict.fromkeys(targets))
+                pending = [t for t in distinct if t not in released]
+                # AND: met once every target is released; OR: once one is (never if none)
+                count = int(len(pending) == len(distinct)) if clause.any_of else len(pending)
+                index = shared[key] = len(need)
+                need.append(count)
+                subscribers.append([])
+                kept.append(targets)
+                if count:
+                    for target in pending:
+                        watchers.setdefault(target, []).append(index)
+            if need[index]:
+                subscribers[index].append(rank)
+                opened += 1
+        open_clauses[rank] = opened
+        if opened == 0:
             ready.append(rank)
     while ready:
         rank = ready.popleft()
         if rank in released:
             continue
         released.add(rank)
-        for watcher, index in watchers.pop(rank, ()):
-            counts = unmet[watcher]
-            if counts[index] == 0:
+        for index in watchers.pop(rank, ()):
+            if need[index] == 0:
                 continue
-            counts[index] -= 1
-            if counts[index] == 0:
-                open_clauses[watcher] -= 1
-                if open_clauses[watcher] == 0:
-                    ready.append(watcher)
+            need[index] -= 1
+            if need[index] == 0:
+                for watcher in subscribers[index]:
+                    open_clauses[watcher] -= 1
+                    if open_clauses[watcher] == 0:
+                        ready.append(watcher)
     return frozenset(r for r in waiting if r not in released)
 
 
@@ -187,7 +203,24 @@ def shortest_cycle(waits: Mapping[int, Iterable[int]]) -> tuple[int, ...]:
     each rank, in ascending order, through higher ranks only (the lowest rank of a
     shortest cycle starts it) and no deeper than the shortest cycle found so far.
     """
-    graph = {rank: sorted({t for t in targets if t in waits}) for rank, targets in waits.items()}
+    # A targets collection that several ranks share (the missing members of the
+    # collective they are all blocked in) is one node of its own, numbered below 0,
+    # between them and its targets: the graph then has as many edges as the ranks and the
+    # distinct collections have targets, not ranks times targets.
+    uses: dict[int, int] = {}
+    for targets in waits.values():
+        uses[id(targets)] = uses.get(id(targets), 0) + 1
+    graph: dict[int, list[int]] = {}
+    shared: dict[int, int] = {}
+    for rank, targets in waits.items():
+        if uses[id(targets)] > 1:
+            node = shared.get(id(targets))
+            if node is None:
+                node = shared[id(targets)] = -1 - len(shared)
+                graph[node] = sorted({t for t in targets if t in waits})
+            graph[rank] = [node]
+        else:
+            graph[rank] = sorted({t for t in targets if t in waits})
     best: tuple[int, ...] = ()
     for component in _cyclic_components(graph):
         found = _cycle_in(graph, component)
@@ -201,7 +234,8 @@ def _cyclic_components(graph: Mapping[int, Sequence[int]]) -> list[list[int]]:
     return [
         component
         for component in strongly_connected_components(graph)
-        if len(component) > 1 or component[0] in graph[component[0]]
+        if component[-1] >= 0  # holds a rank (nodes below 0 stand for shared targets)
+        and (len(component) > 1 or component[0] in graph[component[0]])
     ]
 
 
@@ -250,34 +284,59 @@ def strongly_connected_components(graph: Mapping[int, Sequence[int]]) -> list[li
 
 
 def _cycle_in(graph: Mapping[int, Sequence[int]], component: list[int]) -> tuple[int, ...]:
-    """The shortest cycle of one strongly connected component (see :func:`shortest_cycle`)."""
+    """The shortest cycle of one strongly connected component (see :func:`shortest_cycle`;
+    a node below 0 stands for the targets several ranks share, passed through)."""
     members = set(component)
-    succ = {rank: [t for t in graph[rank] if t in members] for rank in component}
+    succ = {node: [t for t in graph[node] if t in members] for node in component}
+    ranks = [node for node in component if node >= 0]
     if all(len(targets) == 1 for targets in succ.values()):
-        start = component[0]
+        start = ranks[0]
         ring = [start]
-        rank = succ[start][0]
-        while rank != start:
-            ring.append(rank)
-            rank = succ[rank][0]
+        node = succ[start][0]
+        while node != start:
+            if node >= 0:
+                ring.append(node)
+            node = succ[node][0]
         return tuple(ring)
+    sets: dict[int, frozenset[int]] = {}  # a shared node's targets, as a set
     best: tuple[int, ...] = ()
-    for start in component:
+    for start in ranks:
         # breadth-first from start, targets in ascending order: the first path found to
-        # each rank is the shortest one that sorts first
+        # each rank is the shortest one that sorts first (a shared node's targets are
+        # those of each rank that has it, looked at once per search)
         paths: dict[int, tuple[int, ...]] = {start: (start,)}
+        passed: set[int] = set()
         frontier = [start]
         cycle: tuple[int, ...] = ()
         while frontier and not cycle and (not best or len(paths[frontier[0]]) < len(best)):
+            # a cycle closed past this level would be no shorter than the best one
+            last = bool(best) and len(paths[frontier[0]]) + 1 >= len(best)
             following = []
             for rank in frontier:
                 for target in succ[rank]:
-                    if target == start:
-                        cycle = paths[rank]
+                    if target < 0:
+                        if target in passed:
+                            continue
+                        passed.add(target)
+                        if last:  # only whether it closes the cycle here
+                            if target not in sets:
+                                sets[target] = frozenset(succ[target])
+                            if start in sets[target]:
+                                cycle = paths[rank]
+                                break
+                            continue
+                        through: Sequence[int] = succ[target]
+                    else:
+                        through = (target,)
+                    for reached in through:
+                        if reached == start:
+                            cycle = paths[rank]
+                            break
+                        if reached > start and reached not in paths:
+                            paths[reached] = (*paths[rank], reached)
+                            following.append(reached)
+                    if cycle:
                         break
-                    if target > start and target not in paths:
-                        paths[target] = (*paths[rank], target)
-                        following.append(target)
                 if cycle:
                     break
             frontier = following

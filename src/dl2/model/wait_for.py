@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field
+from functools import cached_property
 
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import call_key
@@ -38,6 +40,23 @@ from dl2.trace.session import ENDED_BADLY
 from dl2.trace.session import EXITED
 from dl2.trace.session import KILLED
 from dl2.trace.session import Session
+
+#: id of a targets tuple -> (it, it sorted without repeats): see :func:`sorted_targets`
+_SORTED: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+
+
+def sorted_targets(targets: tuple[int, ...]) -> tuple[int, ...]:
+    """``targets`` ascending without repeats: the same tuple when it is so already,
+    worked out once per tuple (the ranks blocked in one collective share theirs)."""
+    known = _SORTED.get(id(targets))
+    if known is None or known[0] is not targets:
+        ordered = tuple(sorted(set(targets)))
+        if ordered == targets:
+            ordered = targets
+        if len(_SORTED) >= 4096:
+            _SORTED.clear()
+        known = _SORTED[id(targets)] = (targets, ordered)
+    return known[1]
 
 
 @dataclass(frozen=True)
@@ -69,8 +88,12 @@ class RankNode:
     blocked: Blocked | None = None
     clauses: tuple[Clause, ...] = ()
 
-    @property
+    @cached_property
     def targets(self) -> tuple[int, ...]:
+        """Every rank it waits on, ascending (the one clause's own tuple when it is
+        sorted already: shared with the other ranks blocked in the same slot)."""
+        if len(self.clauses) == 1:
+            return sorted_targets(self.clauses[0].targets)
         return tuple(sorted({t for c in self.clauses for t in c.targets}))
 
 
@@ -88,10 +111,22 @@ class WaitForGraph:
     nodes: Mapping[int, RankNode]
     deadlocked: frozenset[int]
     waiting: Mapping[int, RankNode]
+    #: id of a targets tuple -> (the tuple, its gone targets): ranks blocked in one slot
+    #: share their targets, which are checked once
+    _gone: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def waits_on_exited(self, rank: int) -> tuple[int, ...]:
         """Targets of a rank that have exited or failed: its orphaned waits."""
-        return tuple(t for t in self.nodes[rank].targets if self.status(t).gone)
+        targets = self.nodes[rank].targets
+        known = self._gone.get(id(targets))
+        if known is None or known[0] is not targets:
+            known = self._gone[id(targets)] = (
+                targets,
+                tuple(t for t in targets if self.status(t).gone),
+            )
+        return known[1]
 
     def status(self, rank: int) -> RankStatus:
         node = self.nodes.get(rank)
@@ -140,18 +175,30 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
         return None
     if slot.mismatched:
         # it waits on the members that issued another collective here (or none yet):
-        # those in the same call as it are stuck beside it, not what it waits for
+        # those in the same call as it are stuck beside it, not what it waits for (the
+        # same ranks for every rank of that call: one tuple, built once, shared)
         mine = call_key(op)
-        ops = slot.ops
-        others = tuple(
-            r
-            for r in graph.group_members(op.gid)
-            if r != rank and (r not in ops or call_key(ops[r]) != mine)
-        )
-        if not others:  # they disagree on what each alone holds (an exchange's sizes)
-            others = tuple(r for r in graph.group_members(op.gid) if r != rank)
+        key = (slot.gid, slot.index, mine)
+        shared = getattr(graph, "shared_targets", None)  # (a graph a test builds: none)
+        found: tuple[int, ...] | None = shared.get(key) if shared is not None else None
+        if found is not None:
+            others = found
+        else:
+            ops = slot.ops
+            others = tuple(
+                r for r in graph.group_members(op.gid) if r not in ops or call_key(ops[r]) != mine
+            )
+            if shared is not None:
+                shared[key] = others
+        own = slot.ops.get(rank)
+        if not others or own is None or call_key(own) != mine:
+            others = tuple(r for r in others if r != rank)
+            if not others:  # they disagree on what each alone holds (an exchange's sizes)
+                others = tuple(r for r in graph.group_members(op.gid) if r != rank)
         return Clause(op, others, False, "mismatch")
-    missing = tuple(r for r in slot.missing if r != rank)
+    # the slot's own tuple, shared by every rank blocked in it (a rank that posted its
+    # op is not among the missing)
+    missing = slot.missing if rank in slot.ops else tuple(r for r in slot.missing if r != rank)
     return Clause(op, missing, False, "missing") if missing else None
 
 
@@ -273,10 +320,10 @@ def build_wait_for_graph(session: Session, graph: ExecutionGraph) -> WaitForGrap
         r: n for r, n in known.items() if n.status in (RankStatus.BLOCKED, RankStatus.SPINNING)
     }
     blocked = {r: n.clauses for r, n in waiting.items() if n.status is RankStatus.BLOCKED}
-    # Only the waiting ranks and their targets matter to the reduction.
-    concerned = set(waiting).union(
-        t for c in blocked.values() for clause in c for t in clause.targets
-    )
+    # Only the waiting ranks and their targets matter to the reduction (a targets tuple
+    # the ranks blocked in one slot share is read once)
+    distinct = {id(clause.targets): clause.targets for c in blocked.values() for clause in c}
+    concerned = set(waiting).union(*distinct.values())
     free = (
         r
         for r in concerned

@@ -230,65 +230,13 @@ class Matcher:
 
     def add_done(self, st: OpState) -> None:
         """A new op that is already done (issued and completed without error): what
-        :meth:`add` then :meth:`done` do, in one call for a collective (the hot path of
-        a blocking collective: dictionary subscripts rather than ``get``)."""
-        rec = st.rec
-        op = rec.op
-        if op in _UNSLOTTED:
-            self.add(st)
-            self.done(st)
-            return
-        self.retained += 1
-        gid = rec.gid
-        rank = st.rank
-        try:
-            issued = self._issued[gid]
-            pos = issued[rank]
-        except KeyError:
-            issued = self._issued.setdefault(gid, {})
-            known = issued.get(rank)
-            pos = 0 if known is None else known
-            if known is None and gid != "0" and not self._created.get(gid):
-                self._forget_members(gid)
-        issued[rank] = pos + 1
-        st.pos = pos
-        try:
-            group = self.slots[gid]
-        except KeyError:
-            group = self.slots[gid] = {}
-        slot = group.get(pos)
-        if slot is None:
-            slot = group[pos] = _Slot(gid, pos, {rank: st}, 1, False, rec, op in EXCHANGE_OPS)
-            have = 1
-        else:
-            if not slot.varied:
-                first = slot.first
-                slot.varied = (
-                    rec.op != first.op  # type: ignore[union-attr]
-                    or rec.dtype != first.dtype  # type: ignore[union-attr]
-                    or rec.count != first.count  # type: ignore[union-attr]
-                    or rec.redop != first.redop  # type: ignore[union-attr]
-                    or rec.root != first.root  # type: ignore[union-attr]
-                    or rec.splits != first.splits  # type: ignore[union-attr]
-                )
-            ops = slot.ops
-            ops[rank] = st
-            slot.done += 1
-            have = len(ops)
-            if slot.done != have or slot.queued:
-                return
-        members = self._member_sets.get(gid)
-        if members is not None and have < len(members) and gid not in self._bases:
-            return  # not every member issued it yet
-        if self._finished(slot):
-            slot.queued = True
-            slot.epoch = self._epoch
-            self._queue.append(slot)
+        :meth:`add` then :meth:`done` do, in one call."""
+        self.add_done_many((st,))
 
     def add_done_many(self, sts: Sequence[OpState]) -> None:
-        """:meth:`add_done` of each of ``sts``, in order (a rank's run of blocking calls:
-        what depends only on the group is looked up once per group, not once per op)."""
-        add_done = self.add_done
+        """:meth:`add_done` of each of ``sts``, in order: the hot path of blocking calls
+        (a rank's run of them comes in one call; what depends only on the group is looked
+        up once per group, not once per op; dictionary subscripts rather than ``get``)."""
         slots = self.slots
         issued_of = self._issued
         member_sets = self._member_sets
@@ -300,24 +248,28 @@ class Matcher:
             rec = st.rec
             op = rec.op
             if op in _UNSLOTTED:
-                gid_at = None
-                add_done(st)
+                gid_at = None  # (a group's creation may change what is cached)
+                self.add(st)
+                self.done(st)
                 continue
             gid = rec.gid
             if gid != gid_at:
-                issued = issued_of.get(gid)  # type: ignore[assignment]
-                group = slots.get(gid)  # type: ignore[assignment]
-                if issued is None or group is None:
-                    gid_at = None
-                    add_done(st)  # the group's first op (or first since it folded)
-                    continue
+                try:
+                    issued = issued_of[gid]
+                except KeyError:
+                    issued = issued_of[gid] = {}
+                try:
+                    group = slots[gid]
+                except KeyError:
+                    group = slots[gid] = {}
                 gid_at = gid
             rank = st.rank
-            pos = issued.get(rank)
-            if pos is None:  # its first op on the group: add_done's own checks
-                gid_at = None
-                add_done(st)
-                continue
+            try:
+                pos = issued[rank]
+            except KeyError:  # its first op on the group
+                pos = 0
+                if gid != "0" and not self._created.get(gid):
+                    self._forget_members(gid)
             self.retained += 1
             issued[rank] = pos + 1
             st.pos = pos

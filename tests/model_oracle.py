@@ -32,6 +32,7 @@ from dl2.model.stuck import deadlock_set
 from dl2.model.wait_for import RankNode
 from dl2.model.wait_for import _bounded
 from dl2.model.wait_for import _node
+from dl2.model.wait_for import _settled
 from dl2.trace.session import Session
 
 
@@ -141,6 +142,9 @@ class OracleGraph:
     def group_creators(self, gid: str, ranks: tuple[int, ...] | None) -> frozenset[int]:
         return self.creators.get((gid, ranks), frozenset())
 
+    def group_views(self, gid: str) -> dict[Any, frozenset[int]]:
+        return {ranks: c for (name, ranks), c in self.creators.items() if name == gid and c}
+
     def store_key_may_exist(self, key: str) -> bool:
         return any(key in timeline.store_keys for timeline in self.timelines.values())
 
@@ -171,7 +175,7 @@ def oracle_wait_for(
 ) -> tuple[dict[int, RankNode], frozenset[int]]:
     """Every rank's node and the deadlock set, visiting every rank of the world."""
     nodes = {
-        rank: _node(session, graph, rank)  # type: ignore[arg-type]
+        rank: _node(session, graph, rank, _settled(session))  # type: ignore[arg-type]
         for rank in world_ranks(graph.world_size, graph.timelines)
     }
     free = (

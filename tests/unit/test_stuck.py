@@ -461,3 +461,38 @@ def test_the_ranks_blocked_in_one_collective_share_their_targets() -> None:
     waiting = wait_for(builders).waiting
     missing = [c.targets for r in range(4) for c in waiting[r].clauses]
     assert missing[0] == (4, 5, 6, 7) and all(t is missing[0] for t in missing)
+
+
+def _one_name_two_groups() -> list[RankBuilder]:
+    """Ranks 0 and 1 created group "1" as ranks [0, 1], ranks 2 and 3 as [2, 3] (they
+    created groups in different orders), and all four are inside an all_reduce on it."""
+    builders = ranks(4)
+    for b in builders:
+        b.create_group("1", [0, 1] if b.rank < 2 else [2, 3], line=5)
+        b.call("all_reduce", 10, gid="1", count=4, complete=False)
+    return builders
+
+
+def test_a_group_name_given_to_different_groups_holds_its_ranks_once_the_job_ended() -> None:
+    # GIVEN one name for two groups, every rank inside a collective on it, the job ended
+    s = session(_one_name_two_groups())
+    wfg = build_wait_for_graph(s, build_execution_graph(s))
+    # THEN each rank waits on the ranks that gave the name to the other group: a deadlock
+    assert wfg.waiting[0].clauses[0].reason == "group-views"
+    assert wfg.waiting[0].clauses[0].targets == (2, 3)
+    assert wfg.waiting[3].clauses[0].targets == (0, 1)
+    assert wfg.deadlocked == frozenset(range(4))
+    report = analyze(s)
+    assert report.verdict is Verdict.DEADLOCK
+    deadlock = next(f for f in report.findings if f.kind is FindingKind.DEADLOCK)
+    assert "group 1 is not the same group on every rank" in deadlock.message
+    assert "same order" in deadlock.hint
+
+
+def test_a_group_name_given_to_different_groups_is_no_proof_while_the_job_runs() -> None:
+    # GIVEN the same ranks while the job runs (a live monitor's view): their collectives
+    # may still complete, so nothing is proven from the names alone
+    s = session(_one_name_two_groups(), states={r: "alive" for r in range(4)})
+    wfg = build_wait_for_graph(s, build_execution_graph(s))
+    assert not wfg.deadlocked
+    assert all(node.status is RankStatus.RUNNING for node in wfg.nodes.values())

@@ -68,12 +68,16 @@ def _blocked_senders(wfg: WaitForGraph) -> Senders:
     return found
 
 
-def _p2p_explanation(
+def _clause_note(
     graph: ExecutionGraph, wfg: WaitForGraph, clause: Clause, senders: Senders
 ) -> str | None:
-    """Why an unmatched P2P op has no partner: wrong tag or wrong peer, if visible
-    (``senders``: :func:`_blocked_senders` of ``wfg``)."""
+    """Why a blocked op cannot complete, when more can be said than its clause: an
+    unmatched P2P op's wrong tag or wrong peer, if visible (``senders``:
+    :func:`_blocked_senders` of ``wfg``), or the other groups its group's name stands
+    for on other ranks."""
     op = clause.op
+    if clause.reason == "group-views":
+        return _views_note(graph, op)
     if clause.reason == "no-rank":
         members = graph.group_members(op.gid)
         return (
@@ -158,6 +162,35 @@ def _p2p_explanation(
                 f"and went on to {phrase(other)}"
             )
     return None
+
+
+def _views_note(graph: ExecutionGraph, op: Op) -> str:
+    """'group 3 is not the same group on every rank: rank 0 created it as
+    new_group(ranks=[0, 3]), ranks 2 and 3 as new_group(ranks=[2, 3])'."""
+    views = graph.group_views(op.gid)
+    mine = next((ranks for ranks, creators in views.items() if op.rank in creators), None)
+    others = sorted(
+        (sorted(creators), ranks) for ranks, creators in views.items() if op.rank not in creators
+    )
+    where_else = "; ".join(
+        f"{rank_list(creators)} as new_group(ranks={list(ranks or ())})"
+        for creators, ranks in others
+    )
+    return (
+        f"group {op.gid} {_GROUP_VIEWS}: rank {op.rank} created it as "
+        f"new_group(ranks={list(mine or ())}), {where_else}"
+    )
+
+
+#: in the note of an op on a group whose name means other groups elsewhere
+_GROUP_VIEWS = "is not the same group on every rank"
+
+_GROUP_VIEWS_HINT = (
+    "Create the groups in the same order, with the same ranks, on every rank (new_group, "
+    "new_subgroups, DeviceMesh): a group's name is given in creation order, so ranks that "
+    "create groups in different orders give one name to different groups, whose "
+    "collectives never meet."
+)
 
 
 _STORE_HINT = (
@@ -250,6 +283,8 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
             "Keep the Work that isend/irecv (or batch_isend_irecv) returns and call wait() on "
             "it: a dropped P2P work never transfers on gloo."
         )
+    if any(_GROUP_VIEWS in n for n in notes):
+        return _GROUP_VIEWS_HINT
     if any(o.kind == "store" for o in ops):
         return _STORE_HINT
     if any(n.startswith("tags differ") for n in notes):
@@ -463,7 +498,7 @@ def _deadlock_part(
             n
             for r in cycle
             for c in wfg.nodes[r].clauses
-            if (n := _p2p_explanation(graph, wfg, c, senders)) is not None
+            if (n := _clause_note(graph, wfg, c, senders)) is not None
         ]
         refs = [op_ref(o) for o in ops]  # each op's ref built once (where() builds one)
         parts = [
@@ -548,7 +583,7 @@ def _deadlock_part(
             n
             for r in members[:_NOTED_RANKS]
             for c in wfg.nodes[r].clauses
-            if (n := _p2p_explanation(graph, wfg, c, senders)) is not None
+            if (n := _clause_note(graph, wfg, c, senders)) is not None
         ]
         why = f": {'; '.join(notes[:3])}" if notes else ""
         findings.append(

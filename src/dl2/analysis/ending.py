@@ -350,7 +350,9 @@ def _group_creation_findings(
             continue
         if ending != "hang-timeout" and quiet.get(rank, HANG_AFTER_S) < HANG_AFTER_S:
             continue
-        if clause_for(graph, blocked.ops[0]) is None:  # every member is in it
+        # every member is in it (and it is no group whose name other ranks gave to
+        # another group: the group findings say why that one never connects)
+        if clause_for(graph, blocked.ops[0], settled=True) is None:
             stuck.append(blocked.ops[0])
     if not stuck:
         return []

@@ -191,6 +191,7 @@ class ExecutionGraph:
         #: what the wait-for graph derives once per slot and shares between the ranks
         #: blocked in it (see :func:`dl2.model.wait_for.clause_for`)
         self.shared_targets: dict[tuple[object, ...], tuple[int, ...]] = {}
+        self._group_views: dict[str, dict[tuple[int, ...] | None, frozenset[int]]] | None = None
         self._mail: dict[Mailbox, dict[OpKey, OpState]] = {}  # wildcard matches read
 
     @cached_property
@@ -335,6 +336,19 @@ class ExecutionGraph:
     def group_creators(self, gid: str, ranks: tuple[int, ...] | None) -> frozenset[int]:
         """The ranks whose trace creates the group ``gid`` of these ``ranks``."""
         return frozenset(self._model.matcher.creators.get((gid, ranks), ()))
+
+    def group_views(self, gid: str) -> Mapping[tuple[int, ...] | None, frozenset[int]]:
+        """The member lists the ranks that created ``gid`` gave it -> those ranks: more
+        than one when the same group name means different groups on different ranks (they
+        created groups in different orders)."""
+        views = self._group_views
+        if views is None:
+            self.check()
+            views = self._group_views = {}
+            for (name, ranks), creators in self._model.matcher.creators.items():
+                if creators:
+                    views.setdefault(name, {})[ranks] = frozenset(creators)
+        return views.get(gid, {})
 
     def store_key_may_exist(self, key: str) -> bool:
         """Whether a store key (:func:`dl2.model.ops.store_key`) may have been set: some

@@ -36,6 +36,7 @@ from dl2.model.program import world_ranks
 from dl2.model.stuck import RankStatus
 from dl2.model.stuck import deadlock_set
 from dl2.model.stuck import shortest_cycle
+from dl2.trace.session import ALIVE
 from dl2.trace.session import ENDED_BADLY
 from dl2.trace.session import EXITED
 from dl2.trace.session import KILLED
@@ -138,8 +139,13 @@ class WaitForGraph:
         return shortest_cycle({r: self.nodes[r].targets for r in self.deadlocked})
 
 
-def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
-    """The unmet condition of an op, or None if it will complete (or has)."""
+def clause_for(graph: ExecutionGraph, op: Op, settled: bool = False) -> Clause | None:
+    """The unmet condition of an op, or None if it will complete (or has).
+
+    ``settled``: the job has ended (or was stopped), so an op still inside a group
+    creation or collective that every member issued did not complete; on a group whose
+    name the ranks gave to different member lists, it waits on the ranks that created
+    that name as another group (reason "group-views")."""
     if op.completed or (op.eager and (op.issued or not op.deferred)):
         return None  # an eager send completes on issue (a deferred one at its launch)
     rank = op.rank
@@ -169,10 +175,12 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
         members = op.ranks or ()
         created = graph.group_creators(op.gid, op.ranks)
         targets = tuple(r for r in members if r != rank and r not in created)
-        return Clause(op, targets, False, "group") if targets else None
+        if targets:
+            return Clause(op, targets, False, "group")
+        return _other_views(graph, op) if settled else None
     slot = graph.slot_of(op)
     if slot is None:
-        return None
+        return _other_views(graph, op) if settled else None
     if slot.mismatched:
         # it waits on the members that issued another collective here (or none yet):
         # those in the same call as it are stuck beside it, not what it waits for (the
@@ -199,7 +207,23 @@ def clause_for(graph: ExecutionGraph, op: Op) -> Clause | None:
     # the slot's own tuple, shared by every rank blocked in it (a rank that posted its
     # op is not among the missing)
     missing = slot.missing if rank in slot.ops else tuple(r for r in slot.missing if r != rank)
-    return Clause(op, missing, False, "missing") if missing else None
+    if missing:
+        return Clause(op, missing, False, "missing")
+    return _other_views(graph, op) if settled else None
+
+
+def _other_views(graph: ExecutionGraph, op: Op) -> Clause | None:
+    """The clause of an op on a group whose name the ranks gave to different member
+    lists: it waits on the ranks that created the name as another group (those never
+    join its rendezvous), if any."""
+    views = getattr(graph, "group_views", None)  # (a graph a test builds: none)
+    if views is None or op.gid is None:
+        return None
+    found = views(op.gid)
+    if len(found) < 2:
+        return None
+    others = sorted({r for creators in found.values() if op.rank not in creators for r in creators})
+    return Clause(op, tuple(others), False, "group-views") if others else None
 
 
 def _store_clause(graph: ExecutionGraph, op: Op) -> Clause | None:
@@ -272,14 +296,24 @@ def _status(session: Session, graph: ExecutionGraph, rank: int) -> RankStatus:
     return RankStatus.BLOCKED if timeline.blocked is not None else RankStatus.RUNNING
 
 
-def _node(session: Session, graph: ExecutionGraph, rank: int) -> RankNode:
+def _settled(session: Session) -> bool:
+    """The job has ended or was stopped (or only its traces are known): what a rank is
+    inside of now, it stays inside of.  False while a live monitor watches it."""
+    return session.ending is not None or not any(
+        session.process_state(rank) == ALIVE for rank in session.traces
+    )
+
+
+def _node(session: Session, graph: ExecutionGraph, rank: int, settled: bool) -> RankNode:
     """A rank's status and, if it waits, its unmet clauses."""
     status = _status(session, graph, rank)
     timeline = graph.timelines.get(rank)
     if status is not RankStatus.BLOCKED or timeline is None or timeline.blocked is None:
         return RankNode(rank, status)
     blocked = timeline.blocked
-    clauses = tuple(c for c in (clause_for(graph, op) for op in blocked.ops) if c is not None)
+    clauses = tuple(
+        c for c in (clause_for(graph, op, settled) for op in blocked.ops) if c is not None
+    )
     if blocked.how == "poll":
         return RankNode(rank, RankStatus.SPINNING, blocked, clauses)
     if clauses:
@@ -314,7 +348,8 @@ class _Nodes(Mapping[int, RankNode]):
 
 def build_wait_for_graph(session: Session, graph: ExecutionGraph) -> WaitForGraph:
     """Build the wait-for graph of the final state and reduce it to the deadlock set."""
-    known = {rank: _node(session, graph, rank) for rank in graph.waiting_ranks()}
+    settled = _settled(session)
+    known = {rank: _node(session, graph, rank, settled) for rank in graph.waiting_ranks()}
     nodes = _Nodes(session, graph, known)
     waiting = {
         r: n for r, n in known.items() if n.status in (RankStatus.BLOCKED, RankStatus.SPINNING)

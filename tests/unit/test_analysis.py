@@ -579,6 +579,28 @@ def test_a_call_that_timed_out_waiting_on_a_slow_rank_is_a_hang_naming_that_rank
     assert not any(f.kind is FindingKind.FAILED_CALL for f in report.findings)
 
 
+@pytest.mark.parametrize("rank1", [EXITED, FAILED])
+def test_a_call_that_timed_out_on_a_rank_that_came_late_is_a_hang_naming_that_rank(rank1):
+    # GIVEN rank 0's all_reduce raised on the group's timeout and the program went on;
+    # rank 1, slow, issued the all_reduce later, and it failed on the connection rank 0
+    # had closed (both caught it and exited, or rank 1 let it fail the job)
+    r0, r1 = ranks(2)
+    timed_out = "RuntimeError: Timed out waiting 3000ms for recv operation to complete"
+    closed = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:3998"
+    r0.wait(r0.issue("all_reduce", 23), err=timed_out)
+    r1.wait(r1.issue("all_reduce", 23), err=closed)
+    for r in (r0, r1):
+        r.end("exit")
+    report = analyze(session([r0, r1], states={0: EXITED, 1: rank1}))
+    # THEN it is no "ok" and no failure of unknown cause: a hang on rank 1, which came late
+    assert report.verdict is Verdict.HANG, report.findings
+    hang = next(f for f in report.findings if f.kind is FindingKind.HANG)
+    assert hang.ranks == (0, 1)
+    assert "timed out waiting on rank 1, which issued the matching call only after" in (
+        hang.message
+    )
+
+
 def test_a_lazy_connect_refused_by_an_exited_peer_is_no_timeout():
     # GIVEN rank 1's first all_reduce on a lazily connected group failing with gloo's
     # "timed out connecting: ... Connection refused": rank 0 had left with os._exit(0)
@@ -655,6 +677,25 @@ def test_a_deadlock_a_kill_or_one_sides_timeout_broke_is_still_a_deadlock(ending
     assert "until the job's end broke the cycle" in deadlock.message
     assert ("rank 0 killed by a signal" in deadlock.message) is (ending == "kill")
     assert FindingKind.ORPHANED_WAIT not in kinds(report)
+
+
+def test_a_deadlock_broken_by_a_rank_ending_from_another_thread_is_still_a_deadlock():
+    # GIVEN rank 1 blocked in a recv from rank 0, rank 0 in a barrier; rank 1's watchdog
+    # thread then called os._exit(3): no end record, its main thread still in the recv;
+    # rank 0's barrier failed on the closed connection
+    r0, r1 = ranks(2)
+    r0.call("barrier", 31)  # both passed the first barrier
+    r1.call("barrier", 27)
+    r1.call("recv", 29, peer=0, complete=False)
+    r0.wait(r0.issue("barrier", 31), err=CLOSED)
+    r0.end(err=CLOSED, line=31)
+    report = analyze(session([r0, r1], states={0: FAILED, 1: FAILED}))
+    # THEN the cycle the exit broke is named (not "rank 1 ended before barrier #1")
+    assert report.verdict is Verdict.DEADLOCK, report.findings
+    deadlock = report.findings[0]
+    assert deadlock.cycle == (0, 1)
+    assert sorted((o.rank, o.line) for o in deadlock.ops) == [(0, 31), (1, 29)]
+    assert "rank 1 ended inside its call" in deadlock.message
 
 
 def test_a_wait_orphaned_by_a_rank_killed_outside_communication_stays_orphaned():

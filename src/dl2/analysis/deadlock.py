@@ -620,11 +620,30 @@ def timed_out(op: Op) -> bool:
 
 def _waited_on(graph: ExecutionGraph, op: Op) -> Clause | None:
     """What ``op`` waited for in the final state (ranks that never issued its match),
-    or None (matched, or a mismatch)."""
+    or None (matched, or a mismatch).  An op that timed out although every rank issued
+    its match waited on those whose match failed on the connection it closed: they
+    issued it only after the timeout (a late rank that reached the call at last)."""
     clause = clause_for(graph, op)
     if clause is not None and clause.reason != "mismatch" and clause.targets:
         return clause
+    if clause is None and timed_out(op):
+        late = late_matches(graph, op)
+        if late:
+            return Clause(op, tuple(sorted(m.rank for m in late)), False, "late")
     return None
+
+
+def late_matches(graph: ExecutionGraph, op: Op) -> list[Op]:
+    """The other ranks' matches of ``op`` (its collective slot, or its P2P partner) that
+    raised on a closed connection rather than on a timeout of their own: issued after
+    ``op`` timed out and closed it."""
+    if op.kind == "p2p":
+        partner = graph.p2p_partner.get(op_key(op))
+        matches = [partner] if partner is not None else []
+    else:
+        slot = graph.slot_of(op)
+        matches = sorted(slot.ops.values(), key=lambda m: m.rank) if slot is not None else []
+    return [m for m in matches if m.rank != op.rank and _peer_failed(m) and not timed_out(m)]
 
 
 def _first_failed_waits(
@@ -658,11 +677,17 @@ def _peer_failed(op: Op) -> bool:
 def broken_waits(graph: ExecutionGraph, wfg: WaitForGraph) -> dict[int, tuple[Op, Clause]]:
     """Per rank, the wait the job's end broke, with what it waited for: its first op that
     raised on its timeout or on a peer's closed connection, or, for a rank killed by a
-    signal from outside, the call it was blocked in."""
+    signal from outside or ended from another of its threads (``os._exit`` from a
+    watchdog thread: no end record, its main thread still inside the call), the call it
+    was blocked in."""
     found = _first_failed_waits(graph, _peer_failed)
     for rank, timeline in graph.timelines.items():
         blocked = timeline.blocked
-        if rank in found or blocked is None or wfg.status(rank) is not RankStatus.KILLED:
+        if rank in found or blocked is None:
+            continue
+        status = wfg.status(rank)
+        vanished = status.gone and timeline.ended is None
+        if status is not RankStatus.KILLED and not vanished:
             continue
         for op in blocked.ops:
             clause = _waited_on(graph, op)
@@ -714,6 +739,20 @@ def timed_out_deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> lis
     else:
         killed = [r for r in sorted(members) if wfg.status(r) is RankStatus.KILLED]
         how = f" ({rank_list(killed)} killed by a signal from outside)" if killed else ""
+        vanished = [
+            r
+            for r in sorted(members)
+            if r not in killed
+            and wfg.status(r).gone
+            and graph.timelines[r].ended is None
+            and not waits[r][0].error
+        ]
+        if vanished:
+            calls = "its call" if len(vanished) == 1 else "their calls"
+            how += (
+                f" ({rank_list(vanished)} ended inside {calls}, from another thread or "
+                "outside Python: os._exit, a C-level exit)"
+            )
         ended = f"until the job's end broke the cycle{how}"
     error = next((o.error for o in ops if o.error), None)
     return [

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dl2.analysis.deadlock import WHERE_TEXT
 from dl2.analysis.deadlock import broken_waits
 from dl2.analysis.deadlock import cycle_order
+from dl2.analysis.deadlock import late_matches
 from dl2.analysis.deadlock import silently_gone
 from dl2.analysis.deadlock import suspect_stack
 from dl2.analysis.deadlock import suspect_where
@@ -389,15 +390,19 @@ def timeout_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
     groups: dict[tuple[int, ...], list[Op]] = {}
     waits = timed_out_waits(graph)
     in_deadlock = timed_out_deadlock(broken_waits(graph, wfg))  # timed_out_deadlock_findings
+    late: list[tuple[Op, Clause]] = []
     for rank, (op, clause) in waits.items():
         if rank in wfg.deadlocked or rank in in_deadlock:
+            continue
+        if clause.reason == "late":
+            late.append((op, clause))
             continue
         alive = tuple(
             t for t in clause.targets if not wfg.status(t).gone or silently_gone(graph, t)
         )
         if alive:
             groups.setdefault(alive, []).append(op)
-    findings = []
+    findings = [_late_finding(graph, op, clause) for op, clause in late]
     for roots, ops in groups.items():
         parts = [f"rank {o.rank}'s {phrase(o)} ({where(o)})" for o in ops[:3]]
         if len(ops) > 3:
@@ -428,6 +433,33 @@ def timeout_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding]:
             )
         )
     return findings
+
+
+def _late_finding(graph: ExecutionGraph, op: Op, clause: Clause) -> Finding:
+    """A call that timed out while the ranks it needed were still on their way: they
+    issued their match only after it (theirs then failed on the connection it closed)."""
+    matches = late_matches(graph, op)
+    late = rank_list(list(clause.targets))
+    theirs = "; ".join(f"rank {m.rank}'s at {where(m)}" for m in matches[:3])
+    return Finding(
+        kind=FindingKind.HANG,
+        ranks=tuple(sorted({op.rank, *clause.targets})),
+        ops=tuple(op_ref(o) for o in (op, *matches[:3])),
+        message=(
+            f"Rank {op.rank}'s {phrase(op)} ({where(op)}) timed out waiting on {late}, "
+            f"which issued the matching call only after the timeout ({theirs}; it failed "
+            f"there as the connection was closed): {op.error}"
+        ),
+        hint=(
+            f"{late.capitalize()} reached the call too late, not never: look at what it did "
+            "before it (loading data, saving a checkpoint, a slow first step). Give the "
+            "group a longer timeout (init_process_group(timeout=...)) or move the slow work "
+            "out of the step; a timed-out group is broken: catching the error and going on "
+            "with it fails again."
+        ),
+        group=op.gid,
+        summary=f"{phrase(op)} ({where(op)}) timed out waiting on {late}, which came late",
+    )
 
 
 def _stuck_finding(stuck: list[Op], message: str, hint: str, summary: str = "") -> list[Finding]:

@@ -166,6 +166,24 @@ def test_a_receive_whose_peer_went_on_to_a_collective_one_send_short_is_explaine
     assert "short" not in found.message and "receives first" in found.hint
 
 
+def test_a_recv_recv_cycle_after_exchanges_one_send_short_is_explained():
+    # GIVEN a pipeline where rank 0 sent two activations and went on to its backward
+    # receive, one microbatch early, while rank 1 waits in its third forward receive
+    r0, r1 = ranks(2)
+    for _ in range(2):
+        r0.call("send", 21, peer=1)
+        r1.call("recv", 22, peer=0)
+    r1.call("recv", 22, peer=0, complete=False)
+    r0.call("recv", 28, peer=1, complete=False)
+    (found,) = analyze(session([r0, r1])).findings
+    # THEN the counts say which side is short (not "make one side send first")
+    assert (
+        "one send short: rank 0 issued 2 sends to rank 1, whose recv from rank 0 is its "
+        "number 3, and went on to recv from rank 1"
+    ) in found.message
+    assert found.hint.startswith("Rank 0 went on without the send its peer waits for")
+
+
 def test_a_missing_collective_says_where_same_signature_collectives_shifted_apart():
     # GIVEN rank 2 issuing one all_reduce more (a debug hook at line 22, during the
     # forward at line 28) of the same signature as the gradient all_reduce (line 29):

@@ -161,6 +161,17 @@ def _clause_note(
                 f"to rank {op.rank}, whose recv from rank {op.peer} is its number {recvs}, "
                 f"and went on to {phrase(other)}"
             )
+    if op.op == "recv" and other.op == "recv" and other.peer == op.rank and other.gid == op.gid:
+        # both receive from each other: after sends that did meet their receives, one
+        # count short (a pipeline stage that runs one microbatch less), not the order of
+        # a first exchange (which the "receives first" hint is about)
+        sends, recvs = graph.p2p_issued(op.gid, op.peer, op.rank)
+        if 0 < sends < recvs:
+            return (
+                f"one send short: rank {op.peer} issued {sends} send{'' if sends == 1 else 's'} "
+                f"to rank {op.rank}, whose recv from rank {op.peer} is its number {recvs}, "
+                f"and went on to {phrase(other)}"
+            )
     return None
 
 

@@ -41,6 +41,8 @@ def phrase(op: Op) -> str:
             source = "no rank of its group"
         return f"{name} from {source}" + (f" (tag {op.tag})" if op.tag else "")
     if op.op == "create_group":
+        if op.api == "init_process_group":
+            return "init_process_group"
         return f"new_group(ranks={list(op.ranks or ())})"
     seq = f" #{op.seq}" if op.seq is not None else ""
     label = op.op if name == op.op else f"{name} ({op.op})"

@@ -345,12 +345,16 @@ def _where_text(op: OpRef) -> str:
     return text
 
 
-def _job_text(job: Mapping[str, object]) -> str:
+def _job_text(job: Mapping[str, object], verdict: Verdict) -> str:
     parts = []
     for key in sorted(job, key=str):
         value = job[key]
         if isinstance(value, (list, tuple)):
             value = " ".join(str(v) for v in value)
+        if key == "ended" and value == "deadlock" and verdict is not Verdict.DEADLOCK:
+            # dl2 stopped the job on ranks stuck for good, on ranks that had failed (the
+            # verdict says which): no "deadlock" under a headline that says none
+            value = "stopped by dl2 (ranks blocked for good)"
         parts.append(f"{key}: {value}")
     return "; ".join(parts)
 
@@ -458,7 +462,7 @@ def _draw(console: Console, report: Report) -> None:
     style = _VERDICT_STYLE[report.verdict]
     console.print(Panel(Text(headline(report), style=style), expand=False, border_style=style))
     if report.job:
-        console.print(Text(_job_text(report.job), style="dim"))
+        console.print(Text(_job_text(report.job, report.verdict), style="dim"))
 
     states = _by_rank(report.ranks)
     cycles = [f for f in report.findings if f.kind is FindingKind.DEADLOCK and f.cycle]

@@ -953,6 +953,44 @@ def test_one_group_name_with_different_members_is_a_group_mismatch(swapped):
     assert {o.line for o in finding.ops} == {16}
 
 
+def test_ranks_still_inside_a_group_creation_did_not_skip_the_later_ones():
+    # GIVEN ranks 0 and 2 stuck creating group "1" of ranks [0, 2] (they disagree on its
+    # order), while ranks 1 and 3 went on: new_group([1, 3]) is group "2", then a barrier
+    rs = ranks(4)
+    for r in rs:
+        member = r.rank in (0, 2)
+        r.newgroup([0, 2], "1" if member else None, line=12)
+        if member:
+            r.create_group("1", [0, 2], line=12, complete=False)
+        else:
+            r.newgroup([1, 3], "2", line=13)
+            r.create_group("2", [1, 3], line=13)
+            r.call("barrier", 20, complete=False)
+    report = analyze(session(rs))
+    # THEN ranks 0 and 2 are not said to have skipped new_group([1, 3]): they never got there
+    assert not any(
+        "never by" in f.message or "fewer times" in f.message for f in report.findings
+    ), report.findings
+
+
+def test_local_sync_group_names_that_differ_are_explained_by_the_groups_held():
+    # GIVEN use_local_synchronization=True groups (hashed names): ranks 0 and 1 give the
+    # group of ranks [0, 1] different names, as rank 0 held one group more when creating it
+    r0, r1 = ranks(2)
+    r0.newgroup([0, 1], "4a2ad14e", line=20)
+    r0.create_group("4a2ad14e", [0, 1], line=20, complete=False)
+    r1.newgroup([0, 1], "ad56679d", line=20)
+    r1.create_group("ad56679d", [0, 1], line=20, complete=False)
+    report = analyze(session([r0, r1]))
+    (mismatch,) = [f for f in report.findings if f.kind is FindingKind.GROUP_MISMATCH]
+    # THEN the message and the hints speak of the groups each member held, not of a skip
+    assert "number of groups the calling rank already holds" in mismatch.message
+    assert "skipped" not in mismatch.message
+    assert "use_local_synchronization" in mismatch.hint
+    deadlock = next(f for f in report.findings if f.kind is FindingKind.DEADLOCK)
+    assert "members and non-members alike" not in deadlock.hint
+
+
 def test_nonmember_call_is_a_defect():
     r0, r1 = ranks(2)
     r0.nonmember("all_reduce", 7, stack=[["t.py", 7, "main"]])

@@ -14,6 +14,8 @@ from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
+from dl2.analysis.matching import LOCAL_SYNC_HINT
+from dl2.analysis.matching import NEW_GROUP_HINT
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Frame
@@ -364,10 +366,10 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
             "receive with irecv before sending."
         )
     if "create_group" in kinds:
-        return (
-            "Call new_group on every rank (members and non-members alike), in the same order "
-            "and with the same ranks."
-        )
+        creations = [o for o in ops if o.op == "create_group"]
+        if any(not (o.gid or "0").isdigit() for o in creations):
+            return LOCAL_SYNC_HINT  # a hashed name: use_local_synchronization=True
+        return NEW_GROUP_HINT
     groups = {o.gid for o in ops if o.kind == "collective"}
     if len(groups) > 1:
         listed = ", ".join(sorted(groups))

@@ -483,12 +483,22 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
                 sets = named.setdefault(str(record.gid), {})
                 sets.setdefault(members, ([], record))[0].append(rank)
     findings: list[Finding] = _one_name_two_groups(named)
+    # ranks still inside a group creation: they have not reached their later new_group
+    # calls, which they did not skip (a rank that skipped one and went on is elsewhere)
+    creating = {
+        r
+        for r, t in known.items()
+        if t.ended is None
+        and t.blocked is not None
+        and any(o.op == "create_group" for o in t.blocked.ops)
+    }
     for members, by_rank in sorted(calls.items()):
         counts = {r: len(by_rank.get(r, [])) for r in members if r in known}
         names = {r: tuple(str(c.gid) for c in by_rank.get(r, [])) for r in members if r in known}
         involved = tuple(members)
-        if len(set(counts.values())) > 1:
-            most = max(counts.values())
+        hashed = False
+        most = max(counts.values(), default=0)
+        if any(n < most and r not in creating for r, n in counts.items()):
             short = [r for r, n in counts.items() if n < most]
             callers = [r for r, n in counts.items() if n == most]
             finding_ops = tuple(_new_group_ref(r, by_rank[r][-1]) for r in callers)
@@ -497,14 +507,25 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
                 f"{rank_list(callers)} but fewer times by {rank_list(short)}."
                 + _other_members_here(known, short, by_rank[callers[0]][-1], members)
             )
-        elif len(set(names.values())) > 1:
+        elif len({n for r, n in names.items() if counts[r] == most or r not in creating}) > 1:
+            named_by = {r: n for r, n in names.items() if n}
             finding_ops = tuple(_new_group_ref(r, by_rank[r][0]) for r in sorted(by_rank))
-            labels = "; ".join(f"rank {r}: {', '.join(n)}" for r, n in sorted(names.items()))
+            labels = "; ".join(f"rank {r}: {', '.join(n)}" for r, n in sorted(named_by.items()))
+            hashed = not all(g.isdigit() for n in named_by.values() for g in n)
             message = (
                 f"Ranks gave the group of ranks {list(members)} different names ({labels}): "
-                "some rank skipped an earlier new_group call."
+                + (
+                    "with use_local_synchronization=True torch names a group from its ranks and "
+                    "the number of groups the calling rank already holds, and its members held "
+                    "different numbers of groups when they created it (one created or destroyed "
+                    "another group before)."
+                    if hashed
+                    else "some rank skipped an earlier new_group call."
+                )
             )
-        elif absent := _skipped_by_nonmembers(known, members, by_rank):
+        elif absent := [
+            r for r in _skipped_by_nonmembers(known, members, by_rank) if r not in creating
+        ]:
             involved = tuple(sorted({*members, *absent}))
             finding_ops = tuple(_new_group_ref(r, by_rank[r][0]) for r in sorted(by_rank))
             message = (
@@ -520,13 +541,22 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
                 ranks=involved,
                 ops=finding_ops,
                 message=message,
-                hint=(
-                    "Call new_group on every rank, members and non-members alike, in the same "
-                    "order and with the same ranks."
-                ),
+                hint=LOCAL_SYNC_HINT if hashed else NEW_GROUP_HINT,
             )
         )
     return findings
+
+
+NEW_GROUP_HINT = (
+    "Call new_group on every rank, members and non-members alike, in the same order and "
+    "with the same ranks."
+)
+#: a group created with use_local_synchronization=True (its name a hash, not a counter)
+LOCAL_SYNC_HINT = (
+    "Create (and destroy) groups so that every member of a use_local_synchronization group "
+    "holds the same number of groups when it creates it (the same groups in the same order "
+    "on each member), or create the groups without use_local_synchronization, on every rank."
+)
 
 
 def _other_members_here(

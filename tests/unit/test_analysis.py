@@ -166,6 +166,23 @@ def test_a_receive_whose_peer_went_on_to_a_collective_one_send_short_is_explaine
     assert "short" not in found.message and "receives first" in found.hint
 
 
+def test_a_send_and_a_receive_on_two_groups_are_named_with_their_groups():
+    # GIVEN rank 0 sending to rank 1 on group 1 while rank 1 receives from rank 0 on
+    # group 2 (both groups of ranks 0 and 1)
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.create_group("1", [0, 1])
+        r.create_group("2", [0, 1])
+    r0.call("send", 19, gid="1", peer=1, complete=False)
+    r1.call("recv", 22, gid="2", peer=0, complete=False)
+    (found,) = analyze(session([r0, r1])).findings
+    # THEN the note and the hint say the groups differ
+    assert (
+        "groups differ: rank 0 sends to rank 1 on group 1, rank 1 receives from rank 0 on group 2"
+    ) in found.message
+    assert found.hint.startswith("A send meets only a receive on the same group")
+
+
 def test_a_recv_recv_cycle_after_exchanges_one_send_short_is_explained():
     # GIVEN a pipeline where rank 0 sent two activations and went on to its backward
     # receive, one microbatch early, while rank 1 waits in its third forward receive

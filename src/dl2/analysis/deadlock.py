@@ -112,6 +112,14 @@ def _clause_note(
     other = _stuck_op(peer_node)
     want = "recv" if op.op == "send" else "send"
     toward = "to" if op.op == "send" else "from"
+    if other.op == want and other.peer == op.rank and other.gid != op.gid:
+        back = "from" if toward == "to" else "to"
+        verbs = {"send": "sends", "recv": "receives"}
+        return (
+            f"groups differ: rank {op.rank} {verbs[op.op]} {toward} rank {op.peer} on group "
+            f"{op.gid}, rank {op.peer} {verbs[other.op]} {back} rank {op.rank} on group "
+            f"{other.gid}"
+        )
     if not (other.op == want and other.gid == op.gid and other.peer == op.rank):
         # the peer waits elsewhere: its pending op for this rank (an isend posted, not
         # yet waited on) may be there, with another tag
@@ -300,6 +308,12 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
         return _GROUP_VIEWS_HINT
     if any(o.kind == "store" for o in ops):
         return _STORE_HINT
+    if any(n.startswith("groups differ") for n in notes):
+        return (
+            "A send meets only a receive on the same group: take each pair's send and receive "
+            "on one group on both sides (a send on one group and a receive on another never "
+            "match), and the groups' point-to-point calls in the same order."
+        )
     if any(n.startswith("tags differ") for n in notes):
         return "Use the same tag on both sides of each send/recv pair."
     if any("a rank that is not in group" in n for n in notes):

@@ -109,10 +109,13 @@ def op_label(op: OpRef) -> str:
     """
     if op.op.startswith("store_"):
         return store_call(op.op, op.detail)
+    # (a P2P op on another group than the default one names it: a send and a receive
+    # on two groups never match, which "send→1 ⇢ recv←0" alone would hide)
+    on = f" (group {op.group})" if op.group not in ("0", "-", None) else ""
     if op.op in SEND_OPS:
-        return f"{op.op}→{peer_label(op.peer)}"
+        return f"{op.op}→{peer_label(op.peer)}{on}"
     if op.op in RECV_OPS:
-        return f"{op.op}←{peer_label(op.peer)}"
+        return f"{op.op}←{peer_label(op.peer)}{on}"
     where = f"group {op.group}" if op.seq is None else f"group {op.group} #{op.seq}"
     if op.peer is not None:
         where += f", root {peer_label(op.peer)}"

@@ -97,7 +97,7 @@ def test_a_rank_killed_by_a_signal_is_named_killed(
     # failed because of it
     assert run.returncode == 1, run.output
     assert run.meta["ranks"]["1"]["state"] == "killed", run.output
-    assert "rank 1 was killed by a signal from outside the job" in run.output, run.output
+    assert "rank 1 was killed by a signal (the OOM killer" in run.output, run.output
 
 
 FORK_CASE = Path(__file__).resolve().parent / "record_cases" / "case_fork_procs.py"

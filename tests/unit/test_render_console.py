@@ -144,8 +144,8 @@ def test_a_killed_rank_is_the_headline_when_its_launcher_ended_the_waiting_ones(
     rep = report(orphaned, missing, ranks=states, verdict=Verdict.JOB_FAILED)
     # THEN the kill is the headline: the rank ended while waiting on it failed with it
     assert headline(rep) == (
-        "JOB FAILED: rank 1 was killed by a signal from outside the job (the OOM killer, a "
-        "scheduler, a kill); the others failed because of it"
+        "JOB FAILED: rank 1 was killed by a signal (the OOM killer, a scheduler, a kill, or "
+        "the rank's own code); the others failed because of it"
     )
 
 

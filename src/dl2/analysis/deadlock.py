@@ -765,7 +765,7 @@ def timed_out_deadlock_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> lis
         ended = "until their timeouts ended the job"
     else:
         killed = [r for r in sorted(members) if wfg.status(r) is RankStatus.KILLED]
-        how = f" ({rank_list(killed)} killed by a signal from outside)" if killed else ""
+        how = f" ({rank_list(killed)} killed by a signal)" if killed else ""
         vanished = [
             r
             for r in sorted(members)

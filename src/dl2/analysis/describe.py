@@ -14,9 +14,10 @@ from dl2.trace.schema.decode import report_frame
 
 #: the fix hint of peers' failures whose cause is a rank killed by a signal from outside
 KILLED_HINT = (
-    "A signal from outside the job ended that rank (SIGKILL is most often the kernel's "
-    "out-of-memory killer: check `dmesg` or the scheduler's logs, and the rank's memory "
-    "use); its peers failed because of it, not because of their own code."
+    "A signal ended that rank, sent from outside the job or by its own code (SIGKILL is "
+    "most often the kernel's out-of-memory killer: check `dmesg` or the scheduler's logs, "
+    "and the rank's memory use; a rank that signals itself, os.kill(os.getpid(), ...), "
+    "ends so too); its peers failed because of it, not because of their own code."
 )
 
 

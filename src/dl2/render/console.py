@@ -174,7 +174,7 @@ def headline(report: Report) -> str:
             verb = "was" if len(killed) == 1 else "were"
             return (
                 f"JOB FAILED: rank{'s' if len(killed) > 1 else ''} {who} {verb} killed by a "
-                "signal from outside the job (the OOM killer, a scheduler, a kill); the "
+                "signal (the OOM killer, a scheduler, a kill, or the rank's own code); the "
                 "others failed because of it"
             )
         left = _left_before(findings, on_their_own)

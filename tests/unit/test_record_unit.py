@@ -461,6 +461,10 @@ def test_install_records_a_one_rank_group_and_uninstall_restores(tmp_path: Path)
         assert dist.get_backend() == "gloo"
         assert type(dist.group.WORLD).__name__ == "RecordingProcessGroup"
         assert dist.group.WORLD.name() == "gloo"
+        # an error message that names the group reads as without dl2
+        assert repr(dist.group.WORLD).startswith(
+            "<torch.distributed.distributed_c10d.ProcessGroup object at 0x"
+        )
         # a peer that is no rank of the group is recorded as none, never as a rank
         # (-1 once read as the last rank) nor as "any" (a rank past the group)
         from dl2.trace.schema import NO_RANK

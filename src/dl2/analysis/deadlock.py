@@ -591,7 +591,7 @@ def _deadlock_part(
             f"Rank {rank} is blocked in {phrase(op)} ({where(op)}) waiting on "
             f"{rank_list(gone)}, which will never take part: {states}."
         )
-        hint = _ORPHAN_HINT + _ddp_hint(op)
+        hint = _orphan_hint(graph, wfg, gone, op)
         findings.append(
             Finding(
                 kind=FindingKind.ORPHANED_WAIT,
@@ -834,14 +834,27 @@ def failed_op_findings(graph: ExecutionGraph, wfg: WaitForGraph) -> list[Finding
                         f"{rank_list(gone)} will never take part ({states}); "
                         f"rank {rank}'s own error: {op.error}"
                     ),
-                    hint=KILLED_HINT
-                    if all(wfg.status(r) is RankStatus.KILLED for r in gone)
-                    else _ORPHAN_HINT + _ddp_hint(op),
+                    hint=_orphan_hint(graph, wfg, gone, op),
                     group=op.gid,
                 )
             )
             break
     return findings
+
+
+def _orphan_hint(graph: ExecutionGraph, wfg: WaitForGraph, gone: Sequence[int], op: Op) -> str:
+    """The fix of waits orphaned by ``gone``: a kill's, the error that ended one of them
+    (an exception of its own, not a peer's closed connection), or an early exit's."""
+    if all(wfg.status(r) is RankStatus.KILLED for r in gone):
+        return KILLED_HINT
+    for rank in gone:
+        cause = exit_cause(graph, rank)
+        if cause is not None and not any(text in cause.lower() for text in _PEER_ERRORS):
+            return (
+                f"Rank {rank}'s program ended on an error of its own ({cause}): fix that "
+                "first; the waits it left are its consequences." + _ddp_hint(op)
+            )
+    return _ORPHAN_HINT + _ddp_hint(op)
 
 
 def silently_gone(graph: ExecutionGraph, rank: int) -> bool:

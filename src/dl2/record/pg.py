@@ -128,6 +128,12 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
 
     # -- what torch and user code ask of a group ---------------------------------------
 
+    def __repr__(self) -> str:
+        """As torch's own group reads (``<torch.distributed.distributed_c10d.ProcessGroup
+        object at 0x...>``): error messages that name a group read as without dl2."""
+        base = dist.ProcessGroup
+        return f"<{base.__module__}.{base.__qualname__} object at {id(self):#x}>"
+
     def getBackendName(self) -> str:  # the trampoline's name (ProcessGroup::getBackendName)
         """Report the inner backend's name: code that tests ``== "gloo"`` keeps working."""
         return "gloo"

@@ -225,6 +225,29 @@ def test_a_rank_stuck_in_a_call_its_peers_matched_still_reaches_the_hang_timeout
     assert job.stops == 1
 
 
+@pytest.mark.parametrize("helper", ["working", "in-communication"])
+def test_a_thread_outside_communication_keeps_the_hang_timeout_off(tmp_path, helper):
+    # GIVEN ranks 0 and 1 each blocked in a recv from the other in their main thread,
+    # rank 0 with a thread of the user's code alive (an uploader that will send, later)
+    r0, r1 = ranks(2)
+    r0.threads(1)
+    if helper == "in-communication":  # that thread is itself blocked in a call
+        r0.call("all_reduce", 40, count=1, complete=False, tid=2)
+    r0.call("recv", 17, peer=1, complete=False)
+    r1.call("recv", 19, peer=0, complete=False)
+    run_dir = write_run_dir([r0, r1], tmp_path / "run")
+    job, notices = FakeJob(2), []
+    monitor = make_monitor(run_dir, job, notices, on_deadlock="wait", hang_timeout=0.3)
+    # WHEN the monitor polls well past the hang timeout
+    outcome = steps(monitor, 60)
+    # THEN a thread working outside communication may yet release them: never stopped;
+    # one that is blocked in communication too is no such thread
+    if helper == "working":
+        assert outcome is None and job.stops == 0
+    else:
+        assert outcome is not None and outcome.reason == "hang-timeout"
+
+
 def test_a_store_get_in_a_wait_cycle_is_proven_online(tmp_path):
     # GIVEN rank 0 in store.get('ready'), rank 1 in the all_reduce it sets 'ready' after
     r0, r1 = ranks(2)

@@ -33,10 +33,11 @@ def all_stuck(
 
     For the hang timeout every such rank counts as stuck: blocked, spinning, or matched
     by the model but never returning (gloo may have paired it otherwise, e.g. groups
-    created in different orders).  A rank known to be alive (dl2 launched it) that has
-    no trace yet is in its own code before ``init_process_group`` (a slow start, a
-    download): not stuck, unless it is ``in_rendezvous`` (it entered torch's
-    rendezvous, where it waits for the others).  One that is not known (another
+    created in different orders), unless a thread of the user's own code is alive outside
+    communication (it may yet release the blocked one).  A rank known to be alive (dl2
+    launched it) that has no trace yet is in its own code before ``init_process_group``
+    (a slow start, a download): not stuck, unless it is ``in_rendezvous`` (it entered
+    torch's rendezvous, where it waits for the others).  One that is not known (another
     launcher's) is left out.
     """
     timelines = snapshot.graph.timelines
@@ -51,7 +52,17 @@ def all_stuck(
         timeline = timelines.get(rank)
         if timeline is None or timeline.blocked is None:
             return False
+        if timeline.threads and _threads_inside(snapshot, rank) < 1 + timeline.threads:
+            # a thread of the user's code outside communication (an uploader, an
+            # evaluator) may release the blocked one, after any time: a hang suspect,
+            # never stopped
+            return False
     return True
+
+
+def _threads_inside(snapshot: Snapshot, rank: int) -> int:
+    """How many of the rank's threads are inside a communication call or wait."""
+    return len({op.tid for op in snapshot.graph.open_ops(rank)})
 
 
 class HangSuspects:

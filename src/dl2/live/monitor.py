@@ -49,6 +49,7 @@ from dl2.live.shared import SharedState
 from dl2.live.tailer import TraceTailer
 from dl2.model.incremental import DEFAULT_WINDOW
 from dl2.model.stuck import RankStatus
+from dl2.model.wait_for import other_threads
 from dl2.notice import notice as default_notice
 from dl2.record.writer import read_exits
 from dl2.record.writer import rendezvous_mark
@@ -550,6 +551,15 @@ class Monitor:
             return None
         found = cycle_despite_threads(snapshot.graph, snapshot.wfg)
         if not found or not set(found[0].ranks) <= aged:
+            return None
+        changed = self.clocks.changed_at
+        if any(
+            other_threads(snapshot.graph, r) and changed.get(r, now) <= oldest[r][1]
+            for r in found[0].ranks
+        ):
+            # a rank whose other threads wrote nothing since its call opened: they work
+            # outside communication (an uploader, an evaluator) and may yet release it,
+            # after any time (a hang suspect, never stopped); a heartbeat would have
             return None
         note = (
             f"dl2 stopped the job: {ranks_text(found[0].ranks)} sat blocked on each "

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from collections.abc import Sequence
 from enum import Enum
 from typing import Any
 from typing import ClassVar
@@ -75,7 +76,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "exit_code": report.exit_code,
         "world_size": report.world_size,
         "findings": [_finding(f) for f in report.findings],
-        "ranks": [_rank_state(r) for r in report.ranks],
+        "ranks": _rank_states(report.ranks),
         "warnings": list(report.warnings),
         "job": _plain(report.job),
     }
@@ -93,14 +94,26 @@ def _finding(finding: Finding) -> dict[str, Any]:
     }
 
 
-def _rank_state(state: RankState) -> dict[str, Any]:
-    return {
-        "rank": state.rank,
-        "status": str(state.status),
-        "op": None if state.op is None else _op(state.op),
-        "waits_on": list(state.waits_on),
-        "any_of": state.any_of,
-    }
+def _rank_states(states: Sequence[RankState]) -> list[dict[str, Any]]:
+    # the ranks blocked in one collective share their waits_on tuple: one list for all of
+    # them (W/2 ranks waiting on W/2 others would otherwise copy W^2/4 ranks)
+    lists: dict[int, tuple[tuple[int, ...], list[int]]] = {}
+    out = []
+    for state in states:
+        waits = state.waits_on
+        known = lists.get(id(waits))
+        if known is None or known[0] is not waits:
+            known = lists[id(waits)] = (waits, list(waits))
+        out.append(
+            {
+                "rank": state.rank,
+                "status": str(state.status),
+                "op": None if state.op is None else _op(state.op),
+                "waits_on": known[1],
+                "any_of": state.any_of,
+            }
+        )
+    return out
 
 
 def _op(op: OpRef) -> dict[str, Any]:

@@ -183,6 +183,35 @@ def test_a_send_and_a_receive_on_two_groups_are_named_with_their_groups():
     assert found.hint.startswith("A send meets only a receive on the same group")
 
 
+def test_object_lists_of_different_lengths_are_named_so():
+    # GIVEN broadcast_object_list with a list of 3 on rank 0 and of 2 on rank 1: its
+    # first broadcast (one size per object) differs in count
+    r0, r1 = ranks(2)
+    for r, n, line in ((r0, 3, 18), (r1, 2, 20)):
+        r.call(
+            "broadcast", line, root=0, dtype="int64", count=n, api="broadcast_object_list",
+            complete=False,
+        )  # fmt: skip
+    report = analyze(session([r0, r1]))
+    mismatch = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISMATCH)
+    # THEN the hint is about the lists' lengths, not about a collective more or fewer
+    assert mismatch.hint.startswith("broadcast_object_list needs an object_list of the same")
+
+
+def test_a_receive_whose_peer_waits_in_a_collective_it_never_issued_names_the_skip():
+    # GIVEN rank 0 in an all_reduce (its send to rank 1 comes after it), rank 1 skipped
+    # that all_reduce and waits in its first recv from rank 0
+    r0, r1 = ranks(2)
+    r0.call("all_reduce", 18, count=16, complete=False)
+    r1.call("recv", 23, peer=0, complete=False)
+    (found,) = analyze(session([r0, r1])).findings
+    # THEN no "one send short" (no send was due yet), and the hint names the skip
+    assert "short" not in found.message
+    assert found.hint.startswith(
+        "Rank 1 never issued all_reduce #0 on group 0, which rank 0 waits in"
+    )
+
+
 def test_a_recv_recv_cycle_after_exchanges_one_send_short_is_explained():
     # GIVEN a pipeline where rank 0 sent two activations and went on to its backward
     # receive, one microbatch early, while rank 1 waits in its third forward receive

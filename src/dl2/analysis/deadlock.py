@@ -164,8 +164,16 @@ def _clause_note(
                 f"went on to {phrase(other)}"
             )
         # the sender went on to a collective (or a store call): did it send its part?
+        # (with no send at all, not when the receiver never issued that collective: it
+        # may have skipped it, the sender's send coming after it)
         sends, recvs = graph.p2p_issued(op.gid, op.peer, op.rank)
-        if sends < recvs:
+        slot = graph.slot_of(other) if other.kind == "collective" and not sends else None
+        skipped = (
+            slot is not None
+            and op.rank in graph.group_members(other.gid)
+            and op.rank not in slot.ops
+        )
+        if sends < recvs and not skipped:
             return (
                 f"one send short: rank {op.peer} issued {sends} send{'' if sends == 1 else 's'} "
                 f"to rank {op.rank}, whose recv from rank {op.peer} is its number {recvs}, "
@@ -212,6 +220,30 @@ _GROUP_VIEWS_HINT = (
     "create groups in different orders give one name to different groups, whose "
     "collectives never meet."
 )
+
+
+def _skipped_collective(ops: list[Op], graph: ExecutionGraph | None) -> str | None:
+    """'Rank 1 never issued all_reduce #0 on group 0, which rank 0 waits in: ...' when a
+    rank of the cycle waits in a point-to-point op without having issued the collective
+    another rank of the cycle waits in."""
+    if graph is None:
+        return None
+    for held in ops:
+        slot = graph.slot_of(held) if held.kind == "collective" else None
+        if slot is None:
+            continue
+        members = graph.group_members(held.gid)
+        for other in ops:
+            if other.kind == "p2p" and other.rank in members and other.rank not in slot.ops:
+                return (
+                    f"Rank {other.rank} never issued {phrase(held)}, which rank {held.rank} "
+                    f"waits in ({where(held)}), and went on to {phrase(other)}: either it "
+                    "skipped the collective (a rank-dependent branch, an early continue, an "
+                    f"async op issued on some ranks only), or rank {held.rank} meant to send "
+                    "before it. Issue the collective on every member, and the exchange on "
+                    "the same side of it on both ranks."
+                )
+    return None
 
 
 _STORE_HINT = (
@@ -428,6 +460,9 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
             "every send names its receiver, every receive its sender and both the same tag, "
             "and that both sides take their messages in the same order."
         )
+    skip = _skipped_collective(ops, graph)
+    if skip is not None:
+        return skip
     return (
         "A rank waits in a point-to-point op while its peer waits in another operation: make "
         "each send meet its receive before either side enters the next collective."

@@ -111,6 +111,14 @@ def _mismatch_hint(
         # issued from C++ during backward, every rank at its backward line: DDP's bucket
         # all_reduce (or its comm hook's); another line on a rank is a shifted one
         return _DDP_BUCKET_HINTS[key]
+    if key == "count" and ops and all(o.api == "broadcast_object_list" for o in ops):
+        # its first collective broadcasts one size per object of the list
+        return (
+            "broadcast_object_list needs an object_list of the same length on every rank "
+            "(the source's objects fill the others' lists): the ranks passed lists of "
+            "different lengths. Size the list from a value every rank agrees on (the world "
+            "size, a broadcast count)."
+        )
     # where each rank came from: its whole stack of the user's frames (one helper line
     # reached from two call sites is two paths)
     sites = {o.stack for o in ops or () if o.stack}

@@ -183,6 +183,20 @@ def test_a_send_and_a_receive_on_two_groups_are_named_with_their_groups():
     assert found.hint.startswith("A send meets only a receive on the same group")
 
 
+def test_a_shift_whose_first_pair_differs_is_not_said_to_go_unnoticed():
+    # GIVEN rank 0 issuing an all_reduce of 161 floats more at line 37 (#1), rank 1 going
+    # on to its next all_reduce of 4 (line 19) there, then ending
+    r0, r1 = ranks(2)
+    for line, count in ((10, 4), (37, 161), (19, 4)):
+        r0.call("all_reduce", line, count=count)
+    for line, count in ((10, 4), (19, 4)):
+        r1.call("all_reduce", line, count=count)
+    report = analyze(session([r0.end(), r1.end()]))
+    assert any("part earlier" in f.message for f in report.findings), report.findings
+    # THEN no finding claims the backend paired them silently (161 and 4 differ)
+    assert not any("did not notice" in f.message for f in report.findings), report.findings
+
+
 def test_object_lists_of_different_lengths_are_named_so():
     # GIVEN broadcast_object_list with a list of 3 on rank 0 and of 2 on rank 1: its
     # first broadcast (one size per object) differs in count

@@ -331,13 +331,18 @@ def _shift_text(
     if k is None or sa[k + 1 :] != sb[k:]:
         return ""
     paths = _paths([a[k], b[k]])
+    # whether the backend could notice: #k paired with #k, then each one apart (up to
+    # the last common position), all of the same signatures
+    alike = call_key(a[k]) == call_key(b[k]) and all(
+        call_key(x) == call_key(y) for x, y in zip(a[k + 1 : last], b[k:], strict=False)
+    )
+    unnoticed = " (same signatures, so the backend did not notice)" if alike else ""
     return (
         f"{SHIFT_SENTENCE}{rank_list(ahead)}'s collective #{k} ({_where_apart(a[k], paths)}) "
         f"has no counterpart on {rank_list(behind)}, whose #{k} is at "
         f"{_where_apart(b[k], paths)}; from "
-        f"there on their collectives paired one position apart (same signatures, so the "
-        f"backend did not notice): {rank_list(ahead)} issued one more there, or "
-        f"{rank_list(behind)} skipped it."
+        f"there on their collectives paired one position apart{unnoticed}: "
+        f"{rank_list(ahead)} issued one more there, or {rank_list(behind)} skipped it."
     )
 
 

@@ -197,6 +197,20 @@ def test_a_shift_whose_first_pair_differs_is_not_said_to_go_unnoticed():
     assert not any("did not notice" in f.message for f in report.findings), report.findings
 
 
+def test_waits_orphaned_by_a_rank_that_failed_on_its_own_error_name_that_error():
+    # GIVEN rank 0 left in DDP's parameter broadcast (from C++, at its construction line)
+    # while rank 1's DDP constructor raised on a parameter of another size, and it ended
+    r0, r1 = ranks(2)
+    r0.call("broadcast", 29, root=0, count=160, api=None, complete=False)
+    error = "RuntimeError: [1]: params[2] in this process with sizes [10, 16] appears not to match"
+    r1.end(err=error, line=29)
+    report = analyze(session([r0, r1], states={1: FAILED}))
+    orphaned = next(f for f in report.findings if f.kind is FindingKind.ORPHANED_WAIT)
+    # THEN the hint leads with that error, not with advice about where DDP is built
+    assert orphaned.hint.startswith("Rank 1's program ended on an error of its own")
+    assert "params[2]" in orphaned.hint and "DDP" not in orphaned.hint
+
+
 def test_object_lists_of_different_lengths_are_named_so():
     # GIVEN broadcast_object_list with a list of 3 on rank 0 and of 2 on rank 1: its
     # first broadcast (one size per object) differs in count

@@ -887,7 +887,7 @@ def _orphan_hint(graph: ExecutionGraph, wfg: WaitForGraph, gone: Sequence[int], 
         if cause is not None and not any(text in cause.lower() for text in _PEER_ERRORS):
             return (
                 f"Rank {rank}'s program ended on an error of its own ({cause}): fix that "
-                "first; the waits it left are its consequences." + _ddp_hint(op)
+                "first; the waits it left are its consequences."
             )
     return _ORPHAN_HINT + _ddp_hint(op)
 

@@ -288,9 +288,7 @@ def _status(session: Session, graph: ExecutionGraph, rank: int) -> RankStatus:
     if state in ENDED_BADLY:
         return RankStatus.FAILED
     if timeline is None:
-        # what it issued is unknown; one its launcher saw exit will issue nothing more (a
-        # rank that returned before init_process_group)
-        return RankStatus.EXITED if state == EXITED else RankStatus.NO_TRACE
+        return RankStatus.NO_TRACE  # exited or not, what it issued is unknown
     if timeline.ended is not None and timeline.exit_error is not None and state != EXITED:
         return RankStatus.FAILED  # its program ended with an error: its status says so
     if state == EXITED or timeline.ended is not None:

@@ -900,3 +900,27 @@ def test_ranks_a_killed_launcher_left_behind_are_stopped_and_read_as_ended_from_
     # THEN dl2 stops the ranks left behind and says why
     assert outcome.reason == "interrupted" and job.stops == 1
     assert outcome.stop_note.startswith("the launched command ended (signal 9) while ranks 0")
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_stop_signals_raise_once_and_after_the_last_stay_ignored(last):
+    from dl2.live.watch import stop_signals
+
+    before = signal.getsignal(signal.SIGINT)
+    try:
+        raised = 0
+        with stop_signals(last=last):
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+            except KeyboardInterrupt:
+                raised += 1
+            os.kill(os.getpid(), signal.SIGINT)  # a second one while concluding: ignored
+            time.sleep(0.05)
+        # THEN one KeyboardInterrupt; after a command line's last one (the process ends
+        # next) a late signal cannot kill it, elsewhere the previous handler is back
+        assert raised == 1
+        expected = signal.SIG_IGN if last else before
+        assert signal.getsignal(signal.SIGINT) is expected
+    finally:
+        signal.signal(signal.SIGINT, before)

@@ -156,7 +156,9 @@ class RunCommand:
             shared=shared,
             render_json=get_renderer("json").render,
         )
-        with stop_signals():  # the report and the page are written whatever comes in
+        # the report and the page are written whatever comes in (and dl2 exits with its
+        # status after an interrupt, however many more come)
+        with stop_signals(last=True):
             outcome = watch_job(monitor)
             return self._conclude(outcome, job, run_dir, args, target)
 

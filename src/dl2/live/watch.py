@@ -23,11 +23,13 @@ _depth = 0  # stop_signals() entered and not left (an inner one changes nothing)
 
 
 @contextmanager
-def stop_signals() -> Iterator[None]:
+def stop_signals(last: bool = False) -> Iterator[None]:
     """While inside: the first of :data:`STOP_SIGNALS` raises one KeyboardInterrupt, the
     later ones are ignored, so an interrupted dl2 stops the job and still writes its
     report (a second Ctrl-C while it concludes changes nothing).  Nested: only the
-    outermost one handles them."""
+    outermost one handles them.  ``last``: the process ends right after (the command
+    line): once one came, they stay ignored instead of restored, so that a second one
+    landing while the interpreter shuts down cannot kill it and change its exit status."""
     global _depth
     if _depth:
         _depth += 1
@@ -51,7 +53,7 @@ def stop_signals() -> Iterator[None]:
     finally:
         _depth = 0
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            signal.signal(sig, signal.SIG_IGN if last and interrupted else handler)
 
 
 def watch_job(monitor: Monitor) -> Outcome:

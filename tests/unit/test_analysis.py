@@ -142,28 +142,31 @@ def test_a_wildcard_behind_a_send_send_pair_waits_on_the_pair_it_is_not_the_cycl
     assert "sends first" in found.hint
 
 
-def test_a_receive_whose_peer_went_on_to_a_collective_one_send_short_is_explained():
+@pytest.mark.parametrize(
+    "went_on", [("barrier", "barrier #0 on group 0"), ("recv", "recv from rank 1")]
+)
+def test_a_receive_whose_peer_went_on_one_send_short_is_explained(went_on):
     # GIVEN a pipeline where rank 0 sends two activations, skips the third (a no_grad
-    # step) and enters the barrier, while rank 1 waits in its third receive
+    # step) and enters the barrier, or its backward receive one microbatch early (a
+    # recv/recv cycle after exchanges that met), while rank 1 waits in its third receive
+    op, phrase = went_on
     r0, r1 = ranks(2)
     for _ in range(2):
         r0.call("send", 21, peer=1)
         r1.call("recv", 21, peer=0)
     r1.call("recv", 21, peer=0, complete=False)
-    r0.call("barrier", 40, complete=False)
+    if op == "barrier":
+        r0.call("barrier", 40, complete=False)
+    else:
+        r0.call("recv", 28, peer=1, complete=False)
     (found,) = analyze(session([r0, r1])).findings
     # THEN the counts say which side is short, and the hint points at the skipped send
+    # (not "make one side send first")
     assert (
         "one send short: rank 0 issued 2 sends to rank 1, whose recv from rank 0 is its "
-        "number 3, and went on to barrier #0 on group 0"
+        f"number 3, and went on to {phrase}"
     ) in found.message
     assert found.hint.startswith("Rank 0 went on without the send its peer waits for")
-    # AND a sender waiting in a receive of its own (a recv/recv cycle) gets no such note
-    r0, r1 = ranks(2)
-    r1.call("recv", 21, peer=0, complete=False)
-    r0.call("recv", 22, peer=1, complete=False)
-    (found,) = analyze(session([r0, r1])).findings
-    assert "short" not in found.message and "receives first" in found.hint
 
 
 def test_a_send_and_a_receive_on_two_groups_are_named_with_their_groups():
@@ -226,36 +229,28 @@ def test_object_lists_of_different_lengths_are_named_so():
     assert mismatch.hint.startswith("broadcast_object_list needs an object_list of the same")
 
 
-def test_a_receive_whose_peer_waits_in_a_collective_it_never_issued_names_the_skip():
-    # GIVEN rank 0 in an all_reduce (its send to rank 1 comes after it), rank 1 skipped
-    # that all_reduce and waits in its first recv from rank 0
+@pytest.mark.parametrize(
+    "first, hint",
+    [
+        (("recv", 22, {"peer": 1}), "Every rank in the cycle receives first"),
+        (
+            ("all_reduce", 18, {"count": 16}),
+            "Rank 1 never issued all_reduce #0 on group 0, which rank 0 waits in",
+        ),
+    ],
+)
+def test_a_first_receive_gets_no_send_short_note(first, hint):
+    # GIVEN rank 1 in its first recv from rank 0, rank 0 in a receive of its own (a
+    # recv/recv cycle of first receives) or in an all_reduce that rank 1 skipped (rank 0
+    # sends after it)
+    op, line, fields = first
     r0, r1 = ranks(2)
-    r0.call("all_reduce", 18, count=16, complete=False)
+    r0.call(op, line, complete=False, **fields)
     r1.call("recv", 23, peer=0, complete=False)
     (found,) = analyze(session([r0, r1])).findings
-    # THEN no "one send short" (no send was due yet), and the hint names the skip
+    # THEN no note of a short count (no send was due yet), and the hint fits the case
     assert "short" not in found.message
-    assert found.hint.startswith(
-        "Rank 1 never issued all_reduce #0 on group 0, which rank 0 waits in"
-    )
-
-
-def test_a_recv_recv_cycle_after_exchanges_one_send_short_is_explained():
-    # GIVEN a pipeline where rank 0 sent two activations and went on to its backward
-    # receive, one microbatch early, while rank 1 waits in its third forward receive
-    r0, r1 = ranks(2)
-    for _ in range(2):
-        r0.call("send", 21, peer=1)
-        r1.call("recv", 22, peer=0)
-    r1.call("recv", 22, peer=0, complete=False)
-    r0.call("recv", 28, peer=1, complete=False)
-    (found,) = analyze(session([r0, r1])).findings
-    # THEN the counts say which side is short (not "make one side send first")
-    assert (
-        "one send short: rank 0 issued 2 sends to rank 1, whose recv from rank 0 is its "
-        "number 3, and went on to recv from rank 1"
-    ) in found.message
-    assert found.hint.startswith("Rank 0 went on without the send its peer waits for")
+    assert found.hint.startswith(hint)
 
 
 def test_a_missing_collective_says_where_same_signature_collectives_shifted_apart():

@@ -20,8 +20,6 @@ import pytest
 from test_online import Run
 from test_online import dl2_run
 
-from teardown import torn_down
-
 HERE = Path(__file__).resolve().parent
 
 JOB_HEAD = f"""
@@ -111,22 +109,11 @@ def runs(dl2_bin: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, R
         name, job, backend, env = spec
         args = ["--hang-timeout", "30", "-n", "2", str(root / f"{job}.py")]
         extra = dict(env, JOB_BACKEND=backend)
-        run = dl2_run(dl2_bin, root / name, args, env=extra)
-        if job == "ok" and _torn_down(run):  # torch's abort at teardown: once more
-            run = dl2_run(dl2_bin, root / f"{name}-again", args, env=extra)
-        return name, run
+        # (torch's abort at teardown: dl2_run runs the job once more)
+        return name, dl2_run(dl2_bin, root / name, args, env=extra)
 
     with ThreadPoolExecutor(2) as pool:
         return dict(pool.map(one, RUNS))
-
-
-def _torn_down(run: Run) -> bool:
-    """The job's ranks did their work, then torch aborted one at interpreter teardown."""
-    try:
-        warnings = run.report.get("warnings", [])
-    except (OSError, ValueError):
-        return False
-    return torn_down(run.returncode, run.output, warnings)
 
 
 def _trace_ops(run: Run, rank: int) -> str:

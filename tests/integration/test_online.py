@@ -30,6 +30,7 @@ from test_categories import CASES
 from test_categories import Case
 
 from ports import free_port
+from teardown import torn_down
 
 #: far above the observed verdict latency (about 0.5 s): a verdict must not come from it
 HANG_TIMEOUT_S = 30
@@ -70,7 +71,26 @@ def dl2_run(
     env: dict[str, str] | None = None,
 ) -> Run:
     """``dl2 run --run-dir RUN_DIR ARGS``, killed (with what it started) past ``timeout``
-    (``env``: more environment variables for the run)."""
+    (``env``: more environment variables for the run); run once more (in RUN_DIR-again)
+    when torch aborted a rank at interpreter teardown after its work
+    (:mod:`teardown`)."""
+    run = _dl2_run_once(dl2_bin, run_dir, args, timeout, env)
+    try:
+        warnings = run.report.get("warnings", [])
+    except (OSError, ValueError):
+        warnings = []
+    if torn_down(run.returncode, run.output, warnings):
+        run = _dl2_run_once(dl2_bin, run_dir.with_name(f"{run_dir.name}-again"), args, timeout, env)
+    return run
+
+
+def _dl2_run_once(
+    dl2_bin: Path,
+    run_dir: Path,
+    args: list[str],
+    timeout: float,
+    env: dict[str, str] | None,
+) -> Run:
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     log = run_dir.parent / f"{run_dir.name}.log"
     env = dict(os.environ, OMP_NUM_THREADS="1", **(env or {}))

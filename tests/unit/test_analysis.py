@@ -1326,3 +1326,13 @@ def test_a_point_to_point_deadlock_without_collectives_is_not_hinted_about_colle
     # THEN the hint speaks of matching sends and receives (tags included), not collectives
     hint = report.findings[0].hint
     assert "collective" not in hint and "tag" in hint
+
+
+def test_a_group_creation_is_named_by_the_call_that_made_it():
+    from dl2.analysis.describe import phrase
+    from dl2.model.ops import Op
+
+    init = Op(rank=0, id=1, op="create_group", gid="0", index=0, api="init_process_group")
+    group = Op(rank=0, id=2, op="create_group", gid="1", index=1, api="new_group", ranks=(0, 1))
+    assert phrase(init) == "init_process_group"
+    assert phrase(group) == "new_group(ranks=[0, 1])"

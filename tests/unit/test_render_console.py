@@ -364,3 +364,23 @@ def test_rank_list_folds_runs() -> None:
     assert rank_list([]) == ""
     assert rank_list([1, 2]) == "1,2"
     assert rank_list([3, 0, 1, 2, 5, 7, 8, 9, 9]) == "0-3,5,7-9"
+
+
+@pytest.mark.parametrize("verdict", [Verdict.DEADLOCK, Verdict.DEFECT])
+def test_the_job_line_says_deadlock_only_under_a_deadlock(verdict: Verdict) -> None:
+    # GIVEN a job dl2 stopped on ranks blocked for good (its stop reason "deadlock"),
+    # whose analysis found a deadlock, or only waits on a failed rank (a defect)
+    missing = finding(FindingKind.COLLECTIVE_MISSING, op_ref(0, seq=1), ranks=[0, 1])
+    rep = report(missing, verdict=verdict, job={"command": ["t.py"], "ended": "deadlock"})
+    text = render(rep)
+    # THEN the job line says "deadlock" only under a deadlock
+    if verdict is Verdict.DEADLOCK:
+        assert "ended: deadlock" in text
+    else:
+        assert "ended: stopped by dl2 (ranks blocked for good)" in text
+        assert "ended: deadlock" not in text
+
+
+def test_a_p2p_op_on_another_group_than_the_default_names_it() -> None:
+    assert op_label(op_ref(0, op="send", peer=1)) == "send→1"
+    assert op_label(op_ref(0, op="send", peer=1, group="2")) == "send→1 (group 2)"

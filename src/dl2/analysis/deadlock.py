@@ -174,23 +174,25 @@ def _clause_note(
             and op.rank not in slot.ops
         )
         if sends < recvs and not skipped:
-            return (
-                f"one send short: rank {op.peer} issued {sends} send{'' if sends == 1 else 's'} "
-                f"to rank {op.rank}, whose recv from rank {op.peer} is its number {recvs}, "
-                f"and went on to {phrase(other)}"
-            )
+            return _send_short(op, other, sends, recvs)
     if op.op == "recv" and other.op == "recv" and other.peer == op.rank and other.gid == op.gid:
         # both receive from each other: after sends that did meet their receives, one
         # count short (a pipeline stage that runs one microbatch less), not the order of
         # a first exchange (which the "receives first" hint is about)
         sends, recvs = graph.p2p_issued(op.gid, op.peer, op.rank)
         if 0 < sends < recvs:
-            return (
-                f"one send short: rank {op.peer} issued {sends} send{'' if sends == 1 else 's'} "
-                f"to rank {op.rank}, whose recv from rank {op.peer} is its number {recvs}, "
-                f"and went on to {phrase(other)}"
-            )
+            return _send_short(op, other, sends, recvs)
     return None
+
+
+def _send_short(op: Op, other: Op, sends: int, recvs: int) -> str:
+    """The note of receive ``op`` whose peer issued ``sends`` sends to it, fewer than its
+    receives, and went on to ``other``."""
+    return (
+        f"one send short: rank {op.peer} issued {sends} send{'' if sends == 1 else 's'} "
+        f"to rank {op.rank}, whose recv from rank {op.peer} is its number {recvs}, "
+        f"and went on to {phrase(other)}"
+    )
 
 
 def _views_note(graph: ExecutionGraph, op: Op) -> str:

@@ -4,47 +4,31 @@ slice per call and per wait and one arrow per matched pair or collective instanc
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from test_online import dl2_run
 
 from dl2.trace.session import load_session
 from perfetto_check import check_trace
 from perfetto_check import trace_processor_counts
-from teardown import torn_down
 
 CASES = Path(__file__).resolve().parent / "record_cases"
 pytestmark = pytest.mark.timeout(240)
 
 
 def _record_and_export(dl2_bin: Path, tmp: Path, case: str, arg: str) -> tuple[Path, Path]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # (dl2_run runs the job once more if torch aborted a rank at teardown)
+    args = ["--hang-timeout", "60", "-n", "2", str(CASES / f"case_{case}.py"), arg]
+    run = dl2_run(dl2_bin, tmp / case, args, timeout=180)
+    assert run.returncode == 0, run.output
     out = tmp / f"{case}.json"
-    for attempt in range(2):  # torch's abort at teardown (tests/teardown.py): once more
-        run_dir = tmp / f"{case}-{attempt}"
-        job = [str(dl2_bin), "run", "--run-dir", str(run_dir), "--hang-timeout", "60", "-n", "2"]
-        done = subprocess.run(
-            [*job, str(CASES / f"case_{case}.py"), arg],
-            env=env, capture_output=True, text=True, timeout=180, check=False,
-        )  # fmt: skip
-        output = done.stdout + done.stderr
-        if not torn_down(done.returncode, output, _warnings(run_dir)):
-            break
-    assert done.returncode == 0, output
-    export = [str(dl2_bin), "export", str(run_dir), "--perfetto", str(out)]
+    export = [str(dl2_bin), "export", str(run.run_dir), "--perfetto", str(out)]
     done = subprocess.run(export, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
-    return run_dir, out
-
-
-def _warnings(run_dir: Path) -> list[str]:
-    try:
-        return list(json.loads((run_dir / "report.json").read_text()).get("warnings", []))
-    except (OSError, ValueError):
-        return []
+    return run.run_dir, out
 
 
 def _recorded_ops(run_dir: Path) -> Counter[tuple[int, str]]:

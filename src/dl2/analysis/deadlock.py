@@ -16,6 +16,7 @@ from dl2.analysis.describe import rank_list
 from dl2.analysis.describe import where
 from dl2.analysis.matching import LOCAL_SYNC_HINT
 from dl2.analysis.matching import NEW_GROUP_HINT
+from dl2.analysis.matching import local_sync_name
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import op_key
 from dl2.model.ops import Frame
@@ -415,7 +416,7 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
         )
     if "create_group" in kinds:
         creations = [o for o in ops if o.op == "create_group"]
-        if any(not (o.gid or "0").isdigit() for o in creations):
+        if any(local_sync_name(o.gid or "0") for o in creations):
             return LOCAL_SYNC_HINT  # a hashed name: use_local_synchronization=True
         return NEW_GROUP_HINT
     groups = {o.gid for o in ops if o.kind == "collective"}

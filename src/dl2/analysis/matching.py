@@ -524,7 +524,7 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
             named_by = {r: n for r, n in names.items() if n}
             finding_ops = tuple(_new_group_ref(r, by_rank[r][0]) for r in sorted(by_rank))
             labels = "; ".join(f"rank {r}: {', '.join(n)}" for r, n in sorted(named_by.items()))
-            hashed = not all(g.isdigit() for n in named_by.values() for g in n)
+            hashed = any(local_sync_name(g) for n in named_by.values() for g in n)
             message = (
                 f"Ranks gave the group of ranks {list(members)} different names ({labels}): "
                 + (
@@ -558,6 +558,12 @@ def group_findings(graph: ExecutionGraph) -> list[Finding]:
             )
         )
     return findings
+
+
+def local_sync_name(gid: str) -> bool:
+    """A group name torch hashed from the ranks (use_local_synchronization=True), not
+    the counter ("1", "2", ...) of a globally synchronised new_group."""
+    return not gid.isdigit()
 
 
 NEW_GROUP_HINT = (
@@ -655,7 +661,7 @@ def _skipped_by_nonmembers(
     then only members need to call.
     """
     names = [c.gid for r in members for c in by_rank.get(r, []) if c.gid]
-    if not names or not all(name.isdigit() for name in names):
+    if not names or any(local_sync_name(name) for name in names):
         return []
     return [r for r in known if r not in by_rank]
 

@@ -13,7 +13,7 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 # torch is pinned first: an open range would pull a multi-GB CUDA build.
-$(STAMP): $(BIN)/python pyproject.toml
+$(STAMP): $(BIN)/python pyproject.toml setup.py src/dl2/_speedups.c
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e '.[dev]'
@@ -31,8 +31,12 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The whole suite, what CI runs: lint, types, pure tests and real multi-process jobs.
+# The recorder's unit tests run once more without its optional C part (dl2._speedups).
 test: $(STAMP) lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests
+	DL2_PURE_PYTHON=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q \
+	  tests/unit/test_speedups.py tests/unit/test_record_unit.py tests/unit/test_records.py \
+	  tests/unit/test_device_hold.py tests/unit/test_store.py
 
 # The edit loop: pure functions, gold files, fake-rank monitors; no torch job (< 1 min).
 test-fast: $(STAMP)

@@ -43,7 +43,7 @@ BLOCKS, BLOCK_OPS = (10, 50) if QUICK else (40, 50)  # 2000 ops per group
 # doubled or tripled under load (14-28 us for 8-9 us of CPU); with 50-op blocks the
 # median wall delta matches the CPU figure.
 ALONE_BLOCKS, ALONE_OPS = (100, 50) if QUICK else (400, 50)  # 20000 ops each way
-DDP_WARMUP, DDP_STEPS = (2, 8) if QUICK else (4, 32)
+DDP_WARMUP, DDP_STEPS = (2, 8) if QUICK else (8, 128)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -112,7 +112,9 @@ def rank_main(out_path: str) -> None:
         plain = dist.new_group(backend="gloo")
     assert type(recorded).__name__ == "RecordingProcessGroup"
     assert type(plain).__name__ == "ProcessGroup"
-    result: dict[str, Any] = {"torch": torch.__version__}
+    from dl2 import speedups
+
+    result: dict[str, Any] = {"torch": torch.__version__, "c": speedups.active()}
     result["config"] = {"blocks": BLOCKS, "warmup": DDP_WARMUP, "steps": DDP_STEPS}
 
     # Per-op: interleaved blocks of small all_reduce.
@@ -210,7 +212,8 @@ def report(result: dict[str, Any], trace_dir: Path) -> str:
     per_step = _ops_per_ddp_step(trace_dir, config["warmup"] + steps_n)
     lines = [
         f"dl2 recording overhead: torch {result['torch']}, gloo, {WORLD} ranks on 127.0.0.1, "
-        "OMP_NUM_THREADS=1",
+        "OMP_NUM_THREADS=1, recorder "
+        + ("with its C hot path" if result.get("c") else "in pure Python (no dl2._speedups)"),
         f"all_reduce of 8 float32, {blocks} interleaved blocks of {BLOCK_OPS} per group "
         f"({blocks * BLOCK_OPS} ops each):",
         f"  wall per op:        plain {statistics.median(wall['plain']):7.1f} us   "

@@ -678,3 +678,48 @@ def test_dl2_run_finds_a_deadlock_after_rotation(tmp_path: Path, dl2_bin: Path) 
         [str(dl2_bin), "predict", str(run_dir)], capture_output=True, text=True, timeout=60
     )
     assert predict.returncode == 2 and "--keep all" in predict.stderr
+
+
+def test_the_c_and_the_python_recorder_write_the_same_trace(tmp_path: Path) -> None:
+    # GIVEN the many-op job recorded twice: with dl2._speedups, and with DL2_PURE_PYTHON=1
+    from dl2 import speedups
+
+    if not speedups.active():
+        pytest.skip("dl2._speedups is not in use here (DL2_PURE_PYTHON, or not built)")
+
+    def record(name: str, **extra: str) -> dict[int, RawTrace]:
+        run_dir = tmp_path / name
+        port = str(free_port())
+        procs = [
+            start(
+                [str(CASES / "case_rotate.py")],
+                job_env(
+                    run_dir,
+                    RANK=str(rank),
+                    LOCAL_RANK=str(rank),
+                    WORLD_SIZE="2",
+                    MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=port,
+                    **extra,
+                ),
+            )
+            for rank in range(2)
+        ]
+        finish(procs)
+        assert all(p.returncode == 0 for p in procs), [p.stderr[-2000:] for p in procs]
+        return traces(run_dir)
+
+    fast, pure = record("c"), record("python", DL2_PURE_PYTHON="1")
+
+    # THEN each rank's ops and waits are the same records, times and thread ids aside
+    # (async completions are seen when they happen to be, so done records may differ)
+    def shape(trace: RawTrace) -> list[tuple[Any, ...]]:
+        return [
+            tuple(sorted((k, str(v)) for k, v in r.items() if k not in ("t", "dur", "tid")))
+            for r in trace.records
+            if r["k"] in ("op", "wait")
+        ]
+
+    for rank in range(2):
+        assert len(shape(fast[rank])) > 600
+        assert shape(fast[rank]) == shape(pure[rank])

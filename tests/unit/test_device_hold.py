@@ -127,3 +127,16 @@ def test_a_hold_past_its_limit_writes_everything_and_stops_holding(monkeypatch: 
     assert rec.enc is enc
     assert rec.device_holds is False  # type: ignore[attr-defined]
     assert _written(enc) == [("op", 11), ("op", 12), ("op", 13), ("op", 14)]
+
+
+def test_a_held_encoder_declines_the_hot_path_and_queues_the_op() -> None:
+    # GIVEN a hold (the recorder's collective override tries op_hot first, then op)
+    enc = _Encoder()
+    rec = _Recorder(enc)
+    hold = DeviceHold(rec, enc, 10, _Work())
+    # THEN op_hot is declined without reaching the real encoder, and op is queued
+    assert hold.op_hot(11, 0, 1, (), None, False, 0) is False
+    hold.op(11)
+    assert _written(enc) == []
+    hold.release(force=True)
+    assert _written(enc) == [("op", 11)]  # (the incomplete wait stays open)

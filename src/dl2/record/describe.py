@@ -184,7 +184,7 @@ def _d_allreduce(pg: Group, a: tuple[Any, ...], k: dict[str, Any]) -> tuple[str,
                     else:
                         dtype = _DTYPES.get(t.dtype) or _dtype(t)
                         fields = reduce_fields(redop, dtype, t.numel())
-                    return fields, bool(opts.asyncOp)
+                    return fields, opts.asyncOp is True  # a bool (pybind)
             except (AttributeError, TypeError, ValueError):
                 pass
     else:

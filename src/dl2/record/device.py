@@ -90,6 +90,10 @@ class DeviceHold:
 
         return call
 
+    def op_hot(self, *args: Any) -> bool:
+        """Never done while held (``op`` is queued instead)."""
+        return False
+
     def flush(self) -> None:
         """Write what the real encoder holds (records from before the hold)."""
         with self.lock:

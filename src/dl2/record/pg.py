@@ -40,6 +40,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dl2 import speedups
 from dl2.record import emulated
 from dl2.record.describe import COLLECTIVES
 from dl2.record.describe import Describer
@@ -62,6 +63,8 @@ _getframe = sys._getframe
 _now = time.monotonic_ns
 _tid = threading.get_ident
 _Work = dist.Work
+#: whether the stream encoder has its C hot path (see :mod:`dl2.speedups`)
+_HOT = speedups.active()
 
 # Point-to-point method names (recorded as send / recv).
 P2P_METHODS = ("send", "recv", "recv_anysource")
@@ -447,10 +450,12 @@ def _make_collective(method: str, op: str, describe: Describer) -> Callable[...,
             oid = next(rec.ids)
             rec.last_tid = tid = _tid()
             enc: Any = rec.enc  # the stream encoder, set while recording is active
-            enc.op(
-                oid, _now(), tid, self._dl2_gid, self._dl2_gid_json, seq, op, api, extra,
-                is_async, stack,
-            )  # fmt: skip
+            t = _now()
+            gid_json = self._dl2_gid_json
+            # StreamEncoder.op's description key; op_hot writes the steady state in C
+            key = (gid_json, op, api, extra, is_async, tid, stack, False, False)
+            if not (_HOT and enc.op_hot(oid, t, tid, key, seq, is_async, stack)):
+                enc.op(oid, t, tid, self._dl2_gid, gid_json, seq, op, api, extra, is_async, stack)
         except Exception:
             return fn(*args, **kwargs)
         if is_async:
@@ -468,7 +473,7 @@ def _make_collective(method: str, op: str, describe: Describer) -> Callable[...,
             wid = next(rec.ids)
             t = _now()
             enc = rec.enc
-            if enc is not None and rec.fd >= 0:
+            if enc is not None:
                 enc.tail.append((oid, wid, t, tid, stack))
             blocking = rec.blocking
             blocking[tid] = oid

@@ -16,9 +16,12 @@ import importlib.util
 import os
 import sys
 import sysconfig
+from collections.abc import Callable
 from types import CodeType
 from types import FrameType
+from typing import Any
 
+from dl2 import speedups
 from dl2.trace.schema.encode import StackTable
 from dl2.trace.schema.encode import frame_json
 from dl2.trace.schema.encode import stack_json
@@ -163,7 +166,7 @@ def _frame_json_at(code: CodeType, line: int) -> str:
     return frame_json(code.co_filename, line, getattr(code, "co_qualname", code.co_name))
 
 
-def capture(frame: FrameType | None) -> tuple[str | None, int]:
+def capture_py(frame: FrameType | None) -> tuple[str | None, int]:
     """The API called and the user stack, starting at ``frame`` (the caller of a hook).
 
     Args:
@@ -246,6 +249,23 @@ def user_stack_id(frame: FrameType | None, lines: dict[int, int] | None = None) 
             _ids.clear()
         sid = _ids[key] = STACKS.intern(stack_json(parts))
     return sid
+
+
+def _compiled_capture() -> Any:
+    """:func:`capture_py` in C (:mod:`dl2._speedups`, over the same caches, calling it
+    on a miss), or None where it was not built or ``DL2_PURE_PYTHON`` is set."""
+    fast = speedups.module()
+    if fast is None:
+        return None
+    try:
+        fast.setup(_kinds, _cache, _ids, capture_py, USER, THIRD, API, MAX_FRAMES, MAX_WALK)
+    except Exception:
+        return None
+    return fast.capture
+
+
+#: :func:`capture_py`, in C where it was built: the recorder's capture at every call.
+capture: Callable[[FrameType | None], tuple[str | None, int]] = _compiled_capture() or capture_py
 
 
 def raised_at(exc: BaseException) -> int:

@@ -18,7 +18,10 @@ a corrupt line resynchronises there).  That bookkeeping is done inline, on the
 recorder's hot path; :func:`dl2.trace.rotated.track` replays typed records through an
 encoder to get the same state on the reader side.
 
-Standard library only: the recorder runs it inside every rank.
+Standard library only: the recorder runs it inside every rank.  Where
+:mod:`dl2._speedups` was built, the encoder's hot fields live in its C base class
+(plain attributes to the code here) and ``op_hot`` writes the steady state of a
+training loop in C; anything else it declines, untouched, to :meth:`StreamEncoder.op`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Any
 
+from dl2 import speedups
 from dl2.trace.schema import encode
 from dl2.trace.schema.encode import StackTable as StackTable  # the stacks a stream interns
 from dl2.trace.schema.state import ANY_SOURCE
@@ -63,7 +67,24 @@ def _discard(data: bytes) -> None:
 _Desc = tuple[int, str, Any, Any, bool, bool, int, int, Any]
 
 
-class StreamEncoder:
+class _PythonCore:
+    """The base of :class:`StreamEncoder` where :mod:`dl2._speedups` is not used: its
+    hot fields are plain attributes, and :meth:`op_hot` leaves every op to ``op``."""
+
+    def op_hot(
+        self, oid: int, t: int, tid: int, key: tuple[Any, ...], seq: int | None, *rest: Any
+    ) -> bool:
+        """``op`` of a collective in the steady state, done in C (see
+        ``src/dl2/_speedups.c``); here it never is: False."""
+        return False
+
+
+def _core() -> type:
+    fast = speedups.module()
+    return fast.EncoderCore if fast is not None else _PythonCore
+
+
+class StreamEncoder(_core()):  # type: ignore[misc]
     """Encodes and writes one rank's records, segment after segment.
 
     Args:
@@ -306,14 +327,44 @@ class StreamEncoder:
         ``fields``; ``peer`` and ``tag`` repeat a P2P op's, ``ranks`` a create_group's):
         the recorder's hot path."""
         key = (gid_json, op, api, fields, is_async, tid, sid, eager, deferred)
-        with self.lock:
-            # _head(), without its call when no checkpoint is due
+        lock = self.lock
+        lock.acquire()  # not ``with``: half the cost, on every op
+        try:
+            tail = self.tail
             if self._due <= 0:
                 text = self._head()
-            elif self.tail:
-                text = self._held()
-            else:
+            elif not tail:
                 text = ""
+            elif len(tail) == 2:
+                # The hot path: the previous op was a blocking one whose wait returned
+                # before this op, held as its issued wait and the wait's return, right
+                # after its op record: _issued_wait's one ["k"] record, inlined.
+                issued, ret = tail
+                last = self._last
+                if (
+                    ret[0] == issued[1] == last + 1
+                    and issued[0] == last
+                    and ret[2] is None
+                    and ret[1]
+                    and issued[3] == self._last_tid
+                    and issued[4] == self._last_sid
+                ):
+                    tail.popleft()
+                    tail.popleft()
+                    t0 = self.t0
+                    at = (issued[2] - t0) // 1000
+                    end = (ret[1] - t0) // 1000
+                    text = f'["k",{at - self._us},{end - at}]\n'
+                    self._us = end
+                    self._last = last = last + 1
+                    if last >= self.next_id:
+                        self.next_id = last + 1
+                    # its op record was the last one: neither issued nor dropped yet
+                    self.open.pop(issued[0], None)
+                else:
+                    text = self._held()
+            else:
+                text = self._held()
             desc = self._descs.get(key)
             if desc is None:
                 desc = self._describe(key, gid, peer, tag, ranks)
@@ -324,10 +375,14 @@ class StreamEncoder:
             dt = us - self._us
             self._us = us
             skey = desc[2]
-            seqs = self.seqs
-            expected = seqs.get(skey, 0) if skey is not None else None
-            if seq is None:
-                seq = expected
+            if skey is not None:
+                seqs = self.seqs
+                expected = seqs.get(skey, 0)
+                if seq is None:
+                    seq = expected
+                seqs[skey] = seq + 1
+            else:
+                expected = None
             if oid == self._last + 1 and seq == expected and batch is None:
                 text += f'["o",{dt},{did}]\n'
             else:
@@ -341,8 +396,6 @@ class StreamEncoder:
             self.ops_before += 1
             if oid >= self.next_id:
                 self.next_id = oid + 1
-            if skey is not None and seq is not None:
-                seqs[skey] = seq + 1
             if desc[3] is not None:
                 self.channels[desc[3]] = self.channels.get(desc[3], 0) + 1
             if desc[8] is not None:
@@ -354,6 +407,8 @@ class StreamEncoder:
                 self._failed(err)
                 return
             self._due -= len(data)
+        finally:
+            lock.release()
 
     def _issued_wait(
         self,

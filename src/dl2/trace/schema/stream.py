@@ -335,34 +335,6 @@ class StreamEncoder(_core()):  # type: ignore[misc]
                 text = self._head()
             elif not tail:
                 text = ""
-            elif len(tail) == 2:
-                # The hot path: the previous op was a blocking one whose wait returned
-                # before this op, held as its issued wait and the wait's return, right
-                # after its op record: _issued_wait's one ["k"] record, inlined.
-                issued, ret = tail
-                last = self._last
-                if (
-                    ret[0] == issued[1] == last + 1
-                    and issued[0] == last
-                    and ret[2] is None
-                    and ret[1]
-                    and issued[3] == self._last_tid
-                    and issued[4] == self._last_sid
-                ):
-                    tail.popleft()
-                    tail.popleft()
-                    t0 = self.t0
-                    at = (issued[2] - t0) // 1000
-                    end = (ret[1] - t0) // 1000
-                    text = f'["k",{at - self._us},{end - at}]\n'
-                    self._us = end
-                    self._last = last = last + 1
-                    if last >= self.next_id:
-                        self.next_id = last + 1
-                    # its op record was the last one: neither issued nor dropped yet
-                    self.open.pop(issued[0], None)
-                else:
-                    text = self._held()
             else:
                 text = self._held()
             desc = self._descs.get(key)

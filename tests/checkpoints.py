@@ -13,6 +13,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
+import msgspec
+
 from dl2.model.checkpoint import CheckpointRecord
 from dl2.model.program import channel_key
 from dl2.trace.rotated import snapshot
@@ -22,6 +24,8 @@ from dl2.trace.schema.decode import DropRecord
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
+from dl2.trace.schema.decode import ThreadErrorRecord
+from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.session import Session
 
@@ -117,10 +121,23 @@ def resumed(session: Session, rank: int, cut: int) -> Session | None:
         return None
     written = recorder_checkpoint(trace.records[:cut], rank, trace.header.t0)
     assert model_view(written) == model_view(checkpoint), (written, checkpoint)
-    records = (written, *trace.records[cut:])
+    records = (written, *repeated(trace.records[:cut], written.t), *trace.records[cut:])
     traces = dict(session.traces)
     traces[rank] = replace(trace, records=records)  # type: ignore[arg-type]
     return replace(session, traces=traces)
+
+
+def repeated(prefix: Sequence[Record], t: int) -> list[Record]:
+    """What the recorder's stream encoder writes again after a checkpoint: the live
+    threads (while not 0) and the threads an exception ended, at the checkpoint's time."""
+    out: list[Record] = []
+    live = [r for r in prefix if isinstance(r, ThreadsRecord)]
+    if live and live[-1].live:
+        out.append(ThreadsRecord(t=t, live=live[-1].live))
+    for died in prefix:
+        if isinstance(died, ThreadErrorRecord):
+            out.append(msgspec.structs.replace(died, t=t))
+    return out
 
 
 def recorder_checkpoint(prefix: Sequence[Record], rank: int, t0: int) -> CheckpointRecord:

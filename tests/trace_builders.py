@@ -247,6 +247,12 @@ class RankBuilder:
         self.encoder.threads(self._time(), live)
         return self
 
+    def thread_error(self, name: str, err: str, line: int, tid: int = 2) -> RankBuilder:
+        """A ``thread_error`` record: thread ``name`` died of ``err`` raised at ``line``."""
+        sid = self._stack(line, "worker", None)
+        self.encoder.thread_error(self._time(), tid, name, err, sid)
+        return self
+
     def end(self, how: str = "exit", err: str | None = None, line: int = 0) -> RankBuilder:
         """The end record; ``err``: the uncaught exception raised at ``line``."""
         sid = self._stack(line, "load", None) if err is not None else 0

@@ -723,3 +723,29 @@ def test_the_c_and_the_python_recorder_write_the_same_trace(tmp_path: Path) -> N
     for rank in range(2):
         assert len(shape(fast[rank])) > 600
         assert shape(fast[rank]) == shape(pure[rank])
+
+
+def test_a_helper_thread_that_dies_is_recorded_and_reported(tmp_path: Path) -> None:
+    # GIVEN a job whose rank 1 loses a helper thread to a KeyError, then ends cleanly
+    from dl2.analysis import analyze
+    from dl2.report import Verdict
+    from dl2.trace.session import load_session
+
+    script = CASES / "case_thread_dies.py"
+    procs = launch_env_job(script, tmp_path / "run", tmp_path)
+    finish(procs)
+    assert all(p.returncode == 0 for p in procs), [p.stderr[-2000:] for p in procs]
+    # THEN the thread still printed its traceback (the hook there was still runs)
+    assert "KeyError: 'acc'" in procs[1].stderr
+    # AND rank 1's trace says which thread died, of what, where
+    (died,) = [r for r in traces(tmp_path / "run")[1].records if r["k"] == "thread_error"]
+    assert (died["name"], died["err"]) == ("metrics", "KeyError: 'acc'")
+    assert died["stack"][0] == [str(script), marks(script)["raise"], "helper"]
+    # AND the analysis warns of it
+    report = analyze(load_session(tmp_path / "run"))
+    assert report.verdict is Verdict.OK
+    line = marks(script)["raise"]
+    assert (
+        f"rank 1's thread 'metrics' ended with an uncaught KeyError: 'acc', raised at "
+        f"case_thread_dies.py:{line} in helper" in report.warnings
+    )

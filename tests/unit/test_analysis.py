@@ -38,6 +38,42 @@ def test_send_send_cycle_is_a_deadlock_with_both_lines():
     assert "send first" in first.hint
 
 
+def test_a_helper_thread_that_died_is_named_in_the_cycle_it_caused():
+    # GIVEN rank 1's sender thread died of a KeyError (line 14), so rank 0 waits in its
+    # recv while rank 1's main thread went on to the barrier
+    r0, r1 = ranks(2)
+    r1.thread_error("Thread-1 (send_metrics)", "KeyError: 'acc'", 14)
+    r0.call("recv", 25, peer=1, complete=False)
+    r1.call("barrier", 28, complete=False)
+    report = analyze(session([r0, r1]))
+    # THEN the cycle says what the thread died of, and the fix is the thread's
+    assert report.verdict is Verdict.DEADLOCK
+    first = report.findings[0]
+    assert first.cycle == (0, 1)
+    assert (
+        "rank 1's thread 'Thread-1 (send_metrics)' ended with an uncaught KeyError: 'acc', "
+        "raised at train.py:14 in worker" in first.message
+    )
+    assert first.hint.startswith("Rank 1's thread 'Thread-1 (send_metrics)' died")
+    assert not any("thread" in w for w in report.warnings)  # said once, in the finding
+
+
+def test_a_helper_thread_that_died_is_a_warning_when_no_finding_names_it():
+    # GIVEN a clean run in which one rank's helper thread died
+    r0, r1 = ranks(2)
+    r0.thread_error("uploader", "OSError: disk full", 7)
+    for r in (r0, r1):
+        r.call("all_reduce", 10)
+        r.end()
+    report = analyze(session([r0, r1]))
+    # THEN no finding, and the warning names it
+    assert report.verdict is Verdict.OK and report.findings == ()
+    assert (
+        "rank 0's thread 'uploader' ended with an uncaught OSError: disk full, raised at "
+        "train.py:7 in worker" in report.warnings
+    )
+
+
 def test_three_rank_recv_ring_cycle():
     rs = ranks(3)
     for r in rs:

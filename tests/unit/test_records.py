@@ -37,6 +37,7 @@ from dl2.trace.schema.decode import Retention
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import ThreadErrorRecord
 from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import UnknownRecord
 from dl2.trace.schema.decode import WaitRecord
@@ -60,6 +61,7 @@ RECORD_TYPES = (
     StateRecord,
     EndRecord,
     ThreadsRecord,
+    ThreadErrorRecord,
     StoreRecord,
     CheckpointRecord,
     UnknownRecord,
@@ -369,6 +371,16 @@ def test_end_round_trip(how):
     s = Stream()
     s.encoder.end(t(99), how)
     assert s.read() == [EndRecord(t=t(99), how=how)]
+
+
+def test_thread_error_round_trip():
+    s = Stream()
+    s.encoder.thread_error(t(4), 140001, 'Thread-1 (send "x")', "KeyError: 'acc'", s.sid())
+    assert s.read() == [
+        ThreadErrorRecord(
+            t=t(4), tid=140001, name='Thread-1 (send "x")', err="KeyError: 'acc'", stack=FRAMES
+        )
+    ]
 
 
 def test_threads_round_trip_and_the_count_follows_every_checkpoint():

@@ -22,6 +22,7 @@ from dl2.analysis.describe import exit_cause
 from dl2.analysis.describe import history_gap
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import rank_list
+from dl2.analysis.describe import thread_deaths
 from dl2.analysis.ending import cut_off_ranks
 from dl2.analysis.ending import hang_findings
 from dl2.analysis.ending import stalled_calls_findings
@@ -339,6 +340,10 @@ def analyze(
             "nothing says how the job ended (no run.json, and no rank's trace ends): each "
             "rank is read where its trace stops, as if the job was killed there (it may "
             "still be running)"
+        )
+    for rank in sorted(graph.timelines):  # a helper thread that died, if no finding says
+        warnings.extend(
+            d for d in thread_deaths(graph, rank) if not any(d in f.message for f in findings)
         )
     # ranks whose program ended (the recorder's exit hook ran) whatever their exit status
     left = frozenset(r for r, tl in graph.timelines.items() if tl.ended == "exit")

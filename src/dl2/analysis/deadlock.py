@@ -13,6 +13,7 @@ from dl2.analysis.describe import exit_cause
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
 from dl2.analysis.describe import rank_list
+from dl2.analysis.describe import thread_deaths
 from dl2.analysis.describe import where
 from dl2.analysis.matching import LOCAL_SYNC_HINT
 from dl2.analysis.matching import NEW_GROUP_HINT
@@ -332,8 +333,23 @@ def _unreached(graph: ExecutionGraph | None, ops: list[Op]) -> tuple[str, int]:
     return "", 0
 
 
+def _dead_threads(graph: ExecutionGraph | None, rank: int) -> list[tuple[int, str]]:
+    """(rank, thread name) of the rank's threads that an uncaught exception ended."""
+    timeline = graph.timelines.get(rank) if graph is not None else None
+    return [(rank, t.name) for t in timeline.thread_errors] if timeline is not None else []
+
+
 def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) -> str:
     kinds = {o.op for o in ops}
+    died = [t for r in sorted({o.rank for o in ops}) for t in _dead_threads(graph, r)]
+    if died:
+        rank, name = died[0]
+        return (
+            f"Rank {rank}'s thread {name!r} died before doing its part (what it was to "
+            "send, set or issue never comes): fix its exception, and let a helper "
+            "thread's failure reach the main thread (keep its future, or join it and "
+            "re-raise) so that the rank fails instead of waiting."
+        )
     if any("without wait()" in n for n in notes):
         return (
             "Keep the Work that isend/irecv (or batch_isend_irecv) returns and call wait() on "
@@ -565,6 +581,8 @@ def _deadlock_part(
             for c in wfg.nodes[r].clauses
             if (n := _clause_note(graph, wfg, c, senders)) is not None
         ]
+        # a helper thread that died on a rank of the part: what it was to do never comes
+        notes[:0] = [d for r in sorted(members) for d in thread_deaths(graph, r)]
         refs = [op_ref(o) for o in ops]  # each op's ref built once (where() builds one)
         parts = [
             f"rank {o.rank} is blocked in {phrase(o)} ({ref.where})"

@@ -64,6 +64,24 @@ def exit_cause(graph: ExecutionGraph, rank: int) -> str | None:
     return f"{timeline.exit_error}, raised at {at}"
 
 
+def thread_deaths(graph: ExecutionGraph, rank: int) -> list[str]:
+    """The rank's threads that an uncaught exception ended, each as "rank 1's thread
+    'sender' ended with an uncaught KeyError: 'k', raised at x.py:14 in send_loop"."""
+    timeline = graph.timelines.get(rank)
+    if timeline is None:
+        return []
+    deaths = []
+    for died in timeline.thread_errors:
+        frame = report_frame(died.stack)
+        at = (
+            f", raised at {os.path.basename(frame.file)}:{frame.line} in {frame.function}"
+            if frame is not None
+            else ""
+        )
+        deaths.append(f"rank {rank}'s thread {died.name!r} ended with an uncaught {died.err}{at}")
+    return deaths
+
+
 def rank_list(ranks: tuple[int, ...] | list[int]) -> str:
     """``rank 3`` / ``ranks 0 and 1`` / ``ranks 0, 1 and 2`` / ``ranks 2-8191``."""
     return ranks_phrase(ranks)

@@ -14,6 +14,7 @@ from dl2.trace.schema.decode import NewGroupRecord
 from dl2.trace.schema.decode import NonMemberRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import ThreadErrorRecord
 from dl2.trace.schema.decode import caller_frame
 from dl2.trace.schema.decode import package_frame
 from dl2.trace.schema.decode import report_frame
@@ -183,6 +184,7 @@ class Timeline:
             ("Type: message"), and the user's stack where it was raised.
         threads: threads of the user's own code alive besides the main one: while
             there are, a blocked call of one thread may be released by another.
+        thread_errors: its threads that an uncaught exception ended.
         store_keys: the store keys the rank set (:func:`store_key`).
         newgroups, nonmember_calls: its new_group and non-member call records.
         last_state: its watchdog's latest ``state`` record.
@@ -197,6 +199,7 @@ class Timeline:
     exit_error: str | None = None
     exit_stack: tuple[Frame, ...] = ()
     threads: int = 0
+    thread_errors: tuple[ThreadErrorRecord, ...] = ()
     newgroups: tuple[NewGroupRecord, ...] = ()
     store_keys: frozenset[str] = frozenset()
     nonmember_calls: tuple[NonMemberRecord, ...] = ()
@@ -231,6 +234,7 @@ class Timeline:
             self.exit_error,
             self.exit_stack,
             self.threads,
+            self.thread_errors,
             self.newgroups,
             self.store_keys,
             self.nonmember_calls,

@@ -43,6 +43,7 @@ from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import ThreadErrorRecord
 from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import WaitRecord
 
@@ -194,6 +195,7 @@ class RankModel:
         "store_calls",
         "store_failed",
         "store_keys",
+        "thread_errors",
         "threads",
         "waits",
     )
@@ -219,6 +221,7 @@ class RankModel:
         self.ended: str | None = None
         self.ended_ops = 0  # the rank's ops before its last ``end``
         self.threads = 0  # threads of the user's code alive besides the main one
+        self.thread_errors: list[ThreadErrorRecord] = []  # threads an exception ended
         self.exit_error: str | None = None  # the uncaught exception that ended it
         self.exit_stack: tuple[Frame, ...] = ()  # where it was raised
         # store calls that wait for keys, entered and not returned: id -> (record, the
@@ -392,6 +395,12 @@ class RankModel:
                 if TYPE_CHECKING:
                     assert isinstance(rec, ThreadsRecord)
                 self.threads = rec.live
+            elif kind is ThreadErrorRecord:
+                if TYPE_CHECKING:
+                    assert isinstance(rec, ThreadErrorRecord)
+                died = (rec.tid, rec.name, rec.err, rec.stack)
+                if all((e.tid, e.name, e.err, e.stack) != died for e in self.thread_errors):
+                    self.thread_errors.append(rec)  # once: it is repeated after checkpoints
             elif kind is EndRecord:
                 if TYPE_CHECKING:
                     assert isinstance(rec, EndRecord)
@@ -646,6 +655,7 @@ class RankModel:
             exit_error=self.exit_error,
             exit_stack=self.exit_stack,
             threads=self.threads,
+            thread_errors=tuple(self.thread_errors),
             newgroups=tuple(self.newgroups),
             store_keys=frozenset(self.store_keys),
             nonmember_calls=tuple(self.nonmember),

@@ -416,6 +416,28 @@ def _patch_threads(state: _Installed) -> None:
     state.patch(threading.Thread, "start", start)
     state.patch(threading.Thread, "_bootstrap_inner", _bootstrap_inner)
     _patch_pools(state)
+    _patch_excepthook(state)
+
+
+def _patch_excepthook(state: _Installed) -> None:
+    """A thread's uncaught exception is a ``thread_error`` record, then goes to the
+    hook there was (which prints it): a helper thread that dies leaves its rank without
+    what it was to do (send, set a key), and the report names it."""
+    rec = state.recorder
+    original = threading.excepthook
+
+    def excepthook(args: Any) -> None:
+        try:
+            exc = args.exc_value
+            if exc is not None and not isinstance(exc, SystemExit):
+                thread = args.thread
+                name = thread.name if thread is not None else "?"
+                rec.thread_error(name, exc)
+        except Exception:
+            pass
+        original(args)
+
+    state.patch(threading, "excepthook", excepthook)
 
 
 def _counts(fn: Any, caller: Any) -> bool:

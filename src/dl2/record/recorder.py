@@ -327,6 +327,13 @@ class Recorder:
         if enc is not None and type(enc).__name__ == "DeviceHold":
             enc.release(force)
 
+    def thread_error(self, name: str, exc: BaseException) -> None:
+        """The ``thread_error`` record of the calling thread, which ``exc`` ends."""
+        enc = self.enc
+        if enc is None or self.fd < 0:
+            return
+        enc.thread_error(_now(), threading.get_ident(), name, _describe(exc), raised_at(exc))
+
     def end(self, how: str, exc: BaseException | None = None) -> None:
         """The ``end`` record: the rank shuts down cleanly ("exit" or "destroy");
         ``exc``: the uncaught exception that ended the program, if one did."""

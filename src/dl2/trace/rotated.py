@@ -25,6 +25,7 @@ from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import ThreadErrorRecord
 from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.schema.state import expected_seqs
@@ -58,6 +59,8 @@ def track(records: Iterable[Record], me: int, t0: int = 0) -> StreamEncoder:
             enc.drop(rec.id, rec.t)
         elif isinstance(rec, ThreadsRecord):
             enc.threads(rec.t, rec.live)
+        elif isinstance(rec, ThreadErrorRecord):
+            enc.thread_error(rec.t, rec.tid, rec.name, rec.err, _sid(enc, rec.stack))
         elif isinstance(rec, StoreRecord):
             enc.store(rec.id, rec.t, rec.tid, rec.op, rec.store, rec.prefix, rec.keys,
                       rec.block, _sid(enc, rec.stack), rec.timeout)  # fmt: skip

@@ -190,6 +190,8 @@ Records:
   ["h", dt, live]                     ``threads``: threads of the user's own code
                                       alive besides the main one (after a checkpoint
                                       while some are)
+  ["u", dt, tid, name, err, sid]      ``thread_error``: thread tid (named name) ended
+                                      with the uncaught exception err raised at sid
   ["p", dt, back]                     ``drop`` of op ``last - back``
   ["t", dt, sid, tid, op, store, prefix, keys, block, timeout?, id?]
                                       ``store`` id [last + 1] (timeout [null])
@@ -249,6 +251,7 @@ RECORD_KINDS = frozenset(
         "state",
         "end",
         "threads",
+        "thread_error",
         "store",
         "checkpoint",
     }

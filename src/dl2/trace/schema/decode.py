@@ -337,6 +337,18 @@ class EndRecord(_Record, tag="end", frozen=True):
     stack: tuple[Frame, ...] = ()
 
 
+class ThreadErrorRecord(_Record, tag="thread_error", frozen=True):
+    """A thread of the rank other than the main one ended with an uncaught exception
+    (``err``: "Type: message"), raised at the user's ``stack``, innermost first: what
+    it was to do (send, set a key, produce data) the rank never does."""
+
+    t: int = 0
+    tid: int = 0
+    name: str = ""
+    err: str = ""
+    stack: tuple[Frame, ...] = ()
+
+
 class ThreadsRecord(_Record, tag="threads", frozen=True):
     """How many threads running the user's own code the rank has besides the one that
     started the program, written when one starts or ends: while one is alive, a rank
@@ -410,6 +422,7 @@ KnownRecord = (
     | StateRecord
     | EndRecord
     | ThreadsRecord
+    | ThreadErrorRecord
     | StoreRecord
     | CheckpointRecord
 )

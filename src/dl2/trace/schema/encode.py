@@ -380,6 +380,12 @@ def end_line(dt: int, how: str, err: str | None = None, sid: int = 0) -> str:
     return f'["e",{dt},"{how}",{json.dumps(err)},{sid}]\n'
 
 
+def thread_error_line(dt: int, tid: int, name: str, err: str, sid: int) -> str:
+    """``["u", dt, tid, name, err, sid]``: a thread of the rank (``tid``, named ``name``)
+    ended with an uncaught exception ``err`` ("Type: message") raised at stack ``sid``."""
+    return f'["u",{dt},{tid},{json.dumps(name)},{json.dumps(err)},{sid}]\n'
+
+
 def threads_line(dt: int, live: int) -> str:
     """``["h", dt, live]``: threads of the user's own code alive besides the main one."""
     return f'["h",{dt},{live}]\n'

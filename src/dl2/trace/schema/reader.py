@@ -38,6 +38,7 @@ from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
 from dl2.trace.schema.decode import StateRecord
 from dl2.trace.schema.decode import StoreRecord
+from dl2.trace.schema.decode import ThreadErrorRecord
 from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import UnknownRecord
 from dl2.trace.schema.decode import WaitRecord
@@ -61,6 +62,7 @@ from dl2.trace.schema.wire import RetLine
 from dl2.trace.schema.wire import StackDef
 from dl2.trace.schema.wire import StateLine
 from dl2.trace.schema.wire import StoreLine
+from dl2.trace.schema.wire import ThreadErrorLine
 from dl2.trace.schema.wire import ThreadsLine
 from dl2.trace.schema.wire import WaitLine
 from dl2.trace.schema.wire import decode_lines
@@ -387,6 +389,18 @@ class SegmentDecoder:
         stack = self._frames(line.sid) if line.err is not None else ()
         out.append(EndRecord(t=self._t(line.dt), how=line.how, err=line.err, stack=stack))
 
+    def _thread_error(self, line: ThreadErrorLine, out: _Out) -> None:
+        self._first = False
+        out.append(
+            ThreadErrorRecord(
+                t=self._t(line.dt),
+                tid=line.tid,
+                name=line.name,
+                err=line.err,
+                stack=self._frames(line.sid),
+            )
+        )
+
     def _threads(self, line: ThreadsLine, out: _Out) -> None:
         self._first = False
         out.append(ThreadsRecord(t=self._t(line.dt), live=line.live))
@@ -507,6 +521,7 @@ _HANDLERS: dict[type, Callable[[SegmentDecoder, Any, _Out], None]] = {
     EndLine: SegmentDecoder._end,
     DropLine: SegmentDecoder._drop,
     ThreadsLine: SegmentDecoder._threads,
+    ThreadErrorLine: SegmentDecoder._thread_error,
     StoreLine: SegmentDecoder._store,
     CheckpointLine: SegmentDecoder._checkpoint,
 }

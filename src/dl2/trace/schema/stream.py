@@ -49,6 +49,8 @@ from dl2.trace.schema.state import settles_on_return
 
 #: Descriptions kept in memory before the table is trimmed to those of open ops.
 DESC_LIMIT = 20_000
+#: Threads an exception ended, kept (and repeated after each checkpoint): the newest.
+THREAD_ERRORS = 16
 #: A checkpoint within a segment every so many bytes.
 SYNC_BYTES = 1 << 20
 
@@ -127,6 +129,8 @@ class StreamEncoder(_core()):  # type: ignore[misc]
         self.stacks = stacks
         self.lock = threading.Lock()
         self.live_threads = 0  # the last ``threads`` record's count
+        # the threads an exception ended (tid, name, err, sid): the newest THREAD_ERRORS
+        self.thread_errors: list[tuple[int, str, str, int]] = []
         self.tail: deque[tuple[Any, ...]] = deque()
         self.segment = 0
         self._sink = sink
@@ -592,6 +596,12 @@ class StreamEncoder(_core()):  # type: ignore[misc]
         self.live_threads = live
         self._timed(t, lambda dt: encode.threads_line(dt, live))
 
+    def thread_error(self, t: int, tid: int, name: str, err: str, sid: int) -> None:
+        """The ``thread_error`` record: thread ``tid`` (``name``) ended with the uncaught
+        exception ``err`` raised at stack ``sid`` (repeated after every checkpoint)."""
+        self.thread_errors = [*self.thread_errors[1 - THREAD_ERRORS :], (tid, name, err, sid)]
+        self._timed(t, lambda dt: encode.thread_error_line(dt, tid, name, err, sid), sid)
+
     def end(self, t: int, how: str, err: str | None = None, sid: int = 0) -> None:
         """The ``end`` record (``err``, ``sid``: the uncaught exception that ended the
         program and where it was raised)."""
@@ -665,4 +675,8 @@ class StreamEncoder(_core()):  # type: ignore[misc]
         self._last_sid = -1
         self.seqs = expected_seqs(collectives(self.seqs), self.channels, self.me)
         live = encode.threads_line(0, self.live_threads) if self.live_threads else ""
-        return "".join(head) + encode.checkpoint_line(us, body) + live
+        died = "".join(
+            self._stack(sid) + encode.thread_error_line(0, tid, name, err, sid)
+            for tid, name, err, sid in self.thread_errors
+        )
+        return "".join(head) + encode.checkpoint_line(us, body) + live + died

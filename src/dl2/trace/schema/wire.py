@@ -154,6 +154,14 @@ class ThreadsLine(_Line, tag="h", frozen=True):
     live: int
 
 
+class ThreadErrorLine(_Line, tag="u", frozen=True):
+    dt: int
+    tid: int
+    name: str
+    err: str
+    sid: int
+
+
 class DropLine(_Line, tag="p", frozen=True):
     dt: int
     back: int
@@ -211,6 +219,7 @@ Line = (
     | StateLine
     | EndLine
     | ThreadsLine
+    | ThreadErrorLine
     | DropLine
     | StoreLine
     | CheckpointLine
@@ -232,6 +241,7 @@ LINE_KINDS = frozenset(
         StateLine,
         EndLine,
         ThreadsLine,
+        ThreadErrorLine,
         DropLine,
         StoreLine,
         CheckpointLine,

@@ -602,6 +602,37 @@ def test_watchdog_reports_a_rank_spinning_on_polls_only_after_ticks_in_a_row() -
     user.join()
 
 
+def test_the_watchdog_watches_the_main_thread_when_ops_came_from_a_thread_python_never_made() -> None:
+    import _thread
+    import json
+
+    from dl2.record.watchdog import Watchdog
+
+    # GIVEN the last op issued by a thread threading does not know (as gloo's thread
+    # that runs a future's callback: PowerSGD's hook issues its all_reduces there)
+    rec = _FakeRecorder()
+    release, started = threading.Event(), threading.Event()
+    idents: list[int] = []
+
+    def foreign() -> None:
+        idents.append(_thread.get_ident())
+        started.set()
+        release.wait()
+
+    _thread.start_new_thread(foreign, ())
+    assert started.wait(10)
+    assert idents[0] not in threading._active  # type: ignore[attr-defined]
+    rec.last_tid = idents[0]
+    # WHEN the watchdog looks
+    Watchdog(rec, quiet_ns=0).tick()
+    # THEN it watched the main thread (here: this test, in tick), not the foreign one
+    frames = json.loads(stack.STACKS.text(rec.lines[-1]["stack"]))
+    release.set()
+    assert frames and frames[0][2] == (
+        "test_the_watchdog_watches_the_main_thread_when_ops_came_from_a_thread_python_never_made"
+    )
+
+
 @pytest.mark.parametrize("name", ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"])
 @pytest.mark.parametrize("async_op", [False, True])
 def test_all_reduce_describer_fast_path_matches_the_generic_one(name: str, async_op: bool) -> None:

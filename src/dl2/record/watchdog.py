@@ -260,11 +260,16 @@ class Watchdog:
             self._last_size = writer.size()  # our own done records are not activity
             return
         frames = sys._current_frames()
-        # The thread that issues the ops (the main thread until one issues any).
-        frame = frames.get(rec.last_tid) or frames.get(self._main_ident or 0)
+        # The thread that issues the ops (the main thread until one issues any), if
+        # Python's threading knows it and it is in Python code now; else the main
+        # thread: ops issued from a thread C++ created (a future's callback on gloo's
+        # thread: PowerSGD's hook) while the main thread waits in backward for them.
+        watched = rec.last_tid
+        if not (watched in frames and watched in threading._active):  # type: ignore[attr-defined]
+            watched = self._main_ident or 0
+        frame = frames.get(watched)
         blocking = rec.blocking
         pending = still + list(blocking.values())
-        watched = rec.last_tid or self._main_ident or 0
         still_s = self._still_s(frame, watched, now)
         doing = where(frame, still_s, watched in blocking)
         if doing == "python" and still_s >= STILL_S:

@@ -205,6 +205,27 @@ def test_a_receive_whose_peer_went_on_one_send_short_is_explained(went_on):
     assert found.hint.startswith("Rank 0 went on without the send its peer waits for")
 
 
+def test_a_peer_that_has_sent_nothing_yet_is_not_said_to_have_skipped_its_send():
+    # GIVEN a 3-cycle: rank 0 receives from rank 2 before its all_reduce on group 1
+    # ({0, 1}); rank 1 is in that all_reduce (its send to rank 2 comes after it); rank 2
+    # receives from rank 1 (its send to rank 0 comes after)
+    r0, r1, r2 = ranks(3)
+    for r in (r0, r1, r2):
+        r.create_group("1", [0, 1])
+    r0.call("recv", 19, peer=2, complete=False)
+    r1.call("all_reduce", 22, gid="1", complete=False)
+    r2.call("recv", 25, peer=1, complete=False)
+    (found,) = analyze(session([r0, r1, r2])).findings
+    # THEN the note states the order (rank 1 has sent nothing yet), not a skipped send
+    assert found.cycle == (0, 2, 1)
+    assert "one send short" not in found.message
+    assert (
+        "not sent yet: rank 1 has sent nothing to rank 2 and waits in all_reduce #0 on "
+        "group 1 (train.py:22) first"
+    ) in found.message
+    assert not found.hint.startswith("Rank 1 went on without")
+
+
 def test_a_send_and_a_receive_on_two_groups_are_named_with_their_groups():
     # GIVEN rank 0 sending to rank 1 on group 1 while rank 1 receives from rank 0 on
     # group 2 (both groups of ranks 0 and 1)
@@ -287,6 +308,22 @@ def test_a_first_receive_gets_no_send_short_note(first, hint):
     # THEN no note of a short count (no send was due yet), and the hint fits the case
     assert "short" not in found.message
     assert found.hint.startswith(hint)
+
+
+def test_a_send_instead_of_a_collective_asks_the_waiting_rank_to_receive_first():
+    # GIVEN rank 0 in a barrier that rank 1 never issued, rank 1 blocked in a send to
+    # rank 0 (which rank 0 never receives)
+    r0, r1 = ranks(2)
+    r0.call("barrier", 22, complete=False)
+    r1.call("send", 20, peer=0, complete=False)
+    (found,) = analyze(session([r0, r1])).findings
+    # THEN the hint has rank 0 receive (not send) before the barrier, and rank 1 waiting
+    # in its send, not having gone past the barrier
+    assert found.hint.startswith(
+        "Rank 1 never issued barrier #0 on group 0, which rank 0 waits in (train.py:22), "
+        "and waits in send to rank 0 instead"
+    )
+    assert "rank 0 meant to receive before it" in found.hint
 
 
 def test_a_missing_collective_says_where_same_signature_collectives_shifted_apart():

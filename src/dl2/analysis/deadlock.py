@@ -175,8 +175,15 @@ def _clause_note(
             and op.rank in graph.group_members(other.gid)
             and op.rank not in slot.ops
         )
-        if sends < recvs and not skipped:
+        if 0 < sends < recvs and not skipped:
             return _send_short(op, other, sends, recvs)
+        if sends == 0 and not skipped:
+            # nothing sent yet: skipped, or simply later than the op it waits in (the
+            # trace cannot tell): the order is the fact
+            return (
+                f"not sent yet: rank {op.peer} has sent nothing to rank {op.rank} and waits "
+                f"in {phrase(other)} ({where(other)}) first"
+            )
     if op.op == "recv" and other.op == "recv" and other.peer == op.rank and other.gid == op.gid:
         # both receive from each other: after sends that did meet their receives, one
         # count short (a pipeline stage that runs one microbatch less), not the order of
@@ -185,6 +192,30 @@ def _clause_note(
         if 0 < sends < recvs:
             return _send_short(op, other, sends, recvs)
     return None
+
+
+def _misdirected(wfg: WaitForGraph, cycle: tuple[int, ...], members: list[int]) -> list[str]:
+    """Notes of ranks waiting on the cycle from outside it: one receives from a rank of
+    the cycle that is blocked sending to another rank.  Its send may come later (a
+    ring's order) or have gone to the wrong rank (a reply to a group rank taken for a
+    global one): the trace cannot tell, so the note states the two facts."""
+    on_cycle = set(cycle)
+    notes = []
+    for rank in members:
+        node = wfg.nodes.get(rank)
+        if rank in on_cycle or node is None or not node.clauses:
+            continue
+        op = _stuck_op(node)
+        peer = wfg.nodes.get(op.peer) if op.op == "recv" and op.peer in on_cycle else None
+        if peer is None or not peer.clauses:
+            continue
+        sending = _stuck_op(peer)
+        if sending.op == "send" and sending.gid == op.gid and sending.peer != rank:
+            notes.append(
+                f"rank {rank} waits to receive from rank {sending.rank} ({where(op)}), "
+                f"which is blocked sending to rank {sending.peer} instead"
+            )
+    return notes
 
 
 def _send_short(op: Op, other: Op, sends: int, recvs: int) -> str:
@@ -239,13 +270,15 @@ def _skipped_collective(ops: list[Op], graph: ExecutionGraph | None) -> str | No
         members = graph.group_members(held.gid)
         for other in ops:
             if other.kind == "p2p" and other.rank in members and other.rank not in slot.ops:
+                # the side of the exchange rank held.rank was to take before the collective
+                side = "receive" if other.op == "send" else "send"
                 return (
                     f"Rank {other.rank} never issued {phrase(held)}, which rank {held.rank} "
-                    f"waits in ({where(held)}), and went on to {phrase(other)}: either it "
-                    "skipped the collective (a rank-dependent branch, an early continue, an "
-                    f"async op issued on some ranks only), or rank {held.rank} meant to send "
-                    "before it. Issue the collective on every member, and the exchange on "
-                    "the same side of it on both ranks."
+                    f"waits in ({where(held)}), and waits in {phrase(other)} instead: "
+                    "either it skipped the collective (a rank-dependent branch, an early "
+                    "continue, an async op issued on some ranks only), or rank "
+                    f"{held.rank} meant to {side} before it. Issue the collective on every "
+                    "member, and the exchange on the same side of it on both ranks."
                 )
     return None
 
@@ -366,7 +399,13 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
             "match), and the groups' point-to-point calls in the same order."
         )
     if any(n.startswith("tags differ") for n in notes):
-        return "Use the same tag on both sides of each send/recv pair."
+        return (
+            "The two sides of a send/recv pair must use the same tag. If the tags are meant "
+            "to differ (two streams of messages, each with its tag), the two sides take "
+            "them in different orders: post every receive (irecv) before waiting on any, "
+            "or send with isend, so that neither side waits for a message the other sends "
+            "after its own wait."
+        )
     if any("a rank that is not in group" in n for n in notes):
         return (
             "The peer rank is out of range: compute it modulo the group's size (a ring's "
@@ -583,6 +622,7 @@ def _deadlock_part(
         ]
         # a helper thread that died on a rank of the part: what it was to do never comes
         notes[:0] = [d for r in sorted(members) for d in thread_deaths(graph, r)]
+        also = _misdirected(wfg, cycle, members)
         refs = [op_ref(o) for o in ops]  # each op's ref built once (where() builds one)
         parts = [
             f"rank {o.rank} is blocked in {phrase(o)} ({ref.where})"
@@ -610,6 +650,7 @@ def _deadlock_part(
             if extra
             else ""
         )
+        tail += f"; {also[0]}" if also else ""
         message = f"{head}: " + "; ".join(parts) + (f" ({notes[0]})" if notes else "") + tail + "."
         hint = _hint(ops, notes, graph)
         ended = sorted({g for r in cycle for g in wfg.waits_on_exited(r)})

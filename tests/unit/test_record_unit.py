@@ -602,7 +602,7 @@ def test_watchdog_reports_a_rank_spinning_on_polls_only_after_ticks_in_a_row() -
     user.join()
 
 
-def test_the_watchdog_watches_the_main_thread_when_ops_came_from_a_thread_python_never_made() -> None:
+def test_the_watchdog_watches_the_main_thread_if_ops_came_from_a_thread_python_never_made() -> None:
     import _thread
     import json
 
@@ -629,7 +629,7 @@ def test_the_watchdog_watches_the_main_thread_when_ops_came_from_a_thread_python
     frames = json.loads(stack.STACKS.text(rec.lines[-1]["stack"]))
     release.set()
     assert frames and frames[0][2] == (
-        "test_the_watchdog_watches_the_main_thread_when_ops_came_from_a_thread_python_never_made"
+        "test_the_watchdog_watches_the_main_thread_if_ops_came_from_a_thread_python_never_made"
     )
 
 

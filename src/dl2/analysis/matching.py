@@ -84,8 +84,11 @@ _DDP_BUCKET_HINTS = {
     ),
     "count": (
         "DDP's gradient buckets (all_reduced during backward) differ in size between "
-        "ranks: the models differ (a layer added, frozen or left unused on some ranks): "
-        "build the same model with the same trainable parameters on every rank."
+        "ranks: either the models differ (a layer added, frozen or left unused on some "
+        "ranks), or DDP is set up differently on some ranks (bucket_cap_mb, "
+        "find_unused_parameters, a comm hook or its settings, a Join or no_sync used on "
+        "some ranks only): build the same model, with the same trainable parameters and "
+        "the same DDP arguments, on every rank."
     ),
 }
 #: the same at a group's first collective: nothing came before it on the group

@@ -326,6 +326,27 @@ def test_a_send_instead_of_a_collective_asks_the_waiting_rank_to_receive_first()
     assert "rank 0 meant to receive before it" in found.hint
 
 
+def test_a_deadlock_in_one_groups_collectives_points_at_where_the_ranks_part():
+    # GIVEN rank 0 past broadcast #0 (its root, which sends and goes on) and in
+    # all_reduce #1, rank 1 in broadcast #0 with another root
+    r0, r1 = ranks(2)
+    r0.call("broadcast", 10, root=0, count=4)
+    r0.call("all_reduce", 12, complete=False)
+    r1.call("broadcast", 10, root=1, count=4, complete=False)
+    deadlock = analyze(session([r0, r1])).findings[0]
+    # THEN the hint points at #0, the earliest position a rank waits at, not rank 0's #1
+    assert "(see the mismatch at #0 on group 0)" in deadlock.hint
+    # GIVEN both in broadcast #0 with different roots: the same collective
+    r0, r1 = ranks(2)
+    r0.call("broadcast", 10, root=0, count=4, complete=False)
+    r1.call("broadcast", 10, root=1, count=4, complete=False)
+    deadlock = analyze(session([r0, r1])).findings[0]
+    assert deadlock.hint.startswith(
+        "The ranks wait in the same collective with arguments that do not agree (see the "
+        "mismatch at #0 on group 0)"
+    )
+
+
 def test_a_missing_collective_says_where_same_signature_collectives_shifted_apart():
     # GIVEN rank 2 issuing one all_reduce more (a debug hook at line 22, during the
     # forward at line 28) of the same signature as the gradient all_reduce (line 29):

@@ -503,10 +503,18 @@ def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) 
             "group the others still use."
         )
     if all(o.kind == "collective" for o in ops):
-        at = ops[0].seq
+        # the earliest position a rank waits at: the others went past it (a root that
+        # sent its broadcast, say), so theirs is not where the ranks part
+        seqs = [o.seq for o in ops if o.seq is not None]
+        at = min(seqs) if seqs else None
         see = (
             "the first divergence" if at is None else f"the mismatch at #{at} on group {ops[0].gid}"
         )
+        if len({(o.op, o.seq) for o in ops}) == 1:
+            return (
+                f"The ranks wait in the same collective with arguments that do not agree "
+                f"(see {see}): pass the same root, reduce op and sizes on every rank."
+            )
         return (
             f"The ranks are in different collectives of the same group (see {see}): "
             "make every member issue the same collectives in the same order; look for a "

@@ -351,6 +351,24 @@ def test_a_deadlock_in_one_groups_collectives_points_at_where_the_ranks_part():
     )
 
 
+def test_different_calls_at_one_position_are_named_not_taken_for_a_shift():
+    # GIVEN rank 0 logging with all_gather_object (its first all_gather: one int64 size
+    # per rank) where rank 1 calls all_gather of a float tensor, after healthy steps
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        r.call("all_reduce", 12, count=4)
+    r0.call("all_gather", 21, api="all_gather_object", dtype="int64", count=1, complete=False)
+    r1.call("all_gather", 24, dtype="float32", count=8, complete=False)
+    report = analyze(session([r0, r1]))
+    mismatch = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISMATCH)
+    # THEN the hint names the two calls, and claims no collective more or fewer
+    assert mismatch.hint.startswith(
+        "The ranks make different calls at this position (all_gather on rank 1; "
+        "all_gather_object on rank 0); an object collective issues collectives of its own"
+    )
+    assert "a collective more" not in mismatch.hint
+
+
 def test_a_missing_collective_says_where_same_signature_collectives_shifted_apart():
     # GIVEN rank 2 issuing one all_reduce more (a debug hook at line 22, during the
     # forward at line 28) of the same signature as the gradient all_reduce (line 29):

@@ -20,6 +20,7 @@ from dl2.model.ops import Op
 from dl2.model.ops import Timeline
 from dl2.model.stuck import RankStatus
 from dl2.model.wait_for import WaitForGraph
+from dl2.ranks import ranks_phrase
 from dl2.report import Finding
 from dl2.report import FindingKind
 from dl2.report import OpRef
@@ -121,6 +122,25 @@ def _mismatch_hint(
             "(the source's objects fill the others' lists): the ranks passed lists of "
             "different lengths. Size the list from a value every rank agrees on (the world "
             "size, a broadcast count)."
+        )
+    apis = {o.api for o in ops or () if o.api is not None}
+    if len(apis) > 1 and key in ("count", "dtype", "redop", "root"):
+        # the same position reached through different functions (all_gather_object on
+        # one rank, all_gather on another): not a shift, two calls that differ
+        called = "; ".join(
+            f"{api} on {ranks_phrase(sorted({o.rank for o in ops or () if o.api == api}))}"
+            for api in sorted(apis)
+        )
+        objects = any("object" in api for api in apis)
+        why = (
+            "; an object collective issues collectives of its own (sizes, then bytes), so "
+            f"its {', '.join(differing)} cannot agree with another call's"
+            if objects
+            else ""
+        )
+        return (
+            f"The ranks make different calls at this position ({called}){why}: make the "
+            "same call on every rank."
         )
     # where each rank came from: its whole stack of the user's frames (one helper line
     # reached from two call sites is two paths)

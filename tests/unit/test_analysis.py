@@ -59,6 +59,18 @@ def test_a_helper_thread_that_died_is_named_in_the_cycle_it_caused():
     assert not any("thread" in w for w in report.warnings)  # said once, in the finding
 
 
+def test_a_thread_that_died_beside_a_send_send_cycle_is_noted_not_blamed():
+    # GIVEN a send/send cycle of the main threads, and an unrelated logger thread that died
+    r0, r1 = ranks(2)
+    r1.thread_error("logger", "OSError: disk full", 7)
+    r0.call("send", 10, peer=1, complete=False)
+    r1.call("send", 20, peer=0, complete=False)
+    first = analyze(session([r0, r1])).findings[0]
+    # THEN the cycle notes the thread, and the fix is the send/send one
+    assert "rank 1's thread 'logger' ended with an uncaught OSError: disk full" in first.message
+    assert "send first" in first.hint and "logger" not in first.hint
+
+
 def test_a_helper_thread_that_died_is_a_warning_when_no_finding_names_it():
     # GIVEN a clean run in which one rank's helper thread died
     r0, r1 = ranks(2)

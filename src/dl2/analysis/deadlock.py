@@ -375,7 +375,9 @@ def _dead_threads(graph: ExecutionGraph | None, rank: int) -> list[tuple[int, st
 def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) -> str:
     kinds = {o.op for o in ops}
     died = [t for r in sorted({o.rank for o in ops}) for t in _dead_threads(graph, r)]
-    if died:
+    if died and kinds not in ({"send"}, {"recv"}):
+        # (a send/send or recv/recv cycle is the main threads' own order: a thread that
+        # died there is only noted)
         rank, name = died[0]
         return (
             f"Rank {rank}'s thread {name!r} died before doing its part (what it was to "

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from ports import free_port
+from teardown import ABORT
 from trace_builders import RawTrace
 from trace_builders import read_raw_trace
 
@@ -209,21 +210,35 @@ def jobs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Jobs]:
         proc.popen.communicate()
 
 
+def torn_down_after_work(procs: list[Proc], out_dir: Path) -> bool:
+    """Whether a job's ranks all wrote their results and one then died of torch's abort
+    at interpreter teardown (:mod:`teardown`): torch's flake, not the job's."""
+    return any(p.returncode == -signal.SIGABRT and ABORT in p.stderr for p in procs) and all(
+        (out_dir / f"rank{r}.json").exists() for r in range(len(procs))
+    )
+
+
 @pytest.fixture(scope="module")
 def everything(jobs: Jobs) -> EverythingRun:
-    for proc in finish(jobs.everything + jobs.plain):
+    base = jobs.base
+    run_dir, out, plain = base / "run", base / "out", base / "plain"
+    finish(jobs.everything + jobs.plain)
+    if torn_down_after_work(jobs.everything, out) or torn_down_after_work(jobs.plain, plain):
+        # once more, both jobs, in fresh directories
+        run_dir, out, plain = base / "run-again", base / "out-again", base / "plain-again"
+        out.mkdir()
+        plain.mkdir()
+        jobs.everything = launch_env_job(EVERYTHING, run_dir, out)
+        jobs.plain = launch_env_job(EVERYTHING, None, plain)
+        finish(jobs.everything + jobs.plain)
+    for proc in jobs.everything + jobs.plain:
         assert proc.returncode == 0, proc.stderr[-3000:]
-    assert not (jobs.base / "plain" / "run").exists()
+    assert not (plain / "run").exists()
 
     def load(directory: Path) -> dict[int, Any]:
         return {r: json.loads((directory / f"rank{r}.json").read_text()) for r in range(2)}
 
-    return EverythingRun(
-        traces(jobs.base / "run"),
-        load(jobs.base / "out"),
-        load(jobs.base / "plain"),
-        marks(EVERYTHING),
-    )
+    return EverythingRun(traces(run_dir), load(out), load(plain), marks(EVERYTHING))
 
 
 def frame(run: EverythingRun, mark: str, function: str) -> list[Any]:

@@ -13,19 +13,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
-import msgspec
-
 from dl2.model.checkpoint import CheckpointRecord
 from dl2.model.program import channel_key
-from dl2.trace.rotated import snapshot
+from dl2.trace.rotated import segment_start
 from dl2.trace.rotated import track
 from dl2.trace.schema.decode import DoneRecord
 from dl2.trace.schema.decode import DropRecord
 from dl2.trace.schema.decode import OpRecord
 from dl2.trace.schema.decode import Record
 from dl2.trace.schema.decode import RetRecord
-from dl2.trace.schema.decode import ThreadErrorRecord
-from dl2.trace.schema.decode import ThreadsRecord
 from dl2.trace.schema.decode import WaitRecord
 from dl2.trace.session import Session
 
@@ -119,31 +115,28 @@ def resumed(session: Session, rank: int, cut: int) -> Session | None:
     checkpoint = checkpoint_of(trace.records[:cut], rank)
     if checkpoint is None:
         return None
-    written = recorder_checkpoint(trace.records[:cut], rank, trace.header.t0)
+    written, *after = recorder_segment_start(trace.records[:cut], rank, trace.header.t0)
+    assert isinstance(written, CheckpointRecord)
     assert model_view(written) == model_view(checkpoint), (written, checkpoint)
-    records = (written, *repeated(trace.records[:cut], written.t), *trace.records[cut:])
+    # the checkpoint, then what the encoder repeats after it (live and dead threads)
+    records = (written, *after, *trace.records[cut:])
     traces = dict(session.traces)
     traces[rank] = replace(trace, records=records)  # type: ignore[arg-type]
     return replace(session, traces=traces)
 
 
-def repeated(prefix: Sequence[Record], t: int) -> list[Record]:
-    """What the recorder's stream encoder writes again after a checkpoint: the live
-    threads (while not 0) and the threads an exception ended, at the checkpoint's time."""
-    out: list[Record] = []
-    live = [r for r in prefix if isinstance(r, ThreadsRecord)]
-    if live and live[-1].live:
-        out.append(ThreadsRecord(t=t, live=live[-1].live))
-    for died in prefix:
-        if isinstance(died, ThreadErrorRecord):
-            out.append(msgspec.structs.replace(died, t=t))
-    return out
-
-
 def recorder_checkpoint(prefix: Sequence[Record], rank: int, t0: int) -> CheckpointRecord:
     """The checkpoint the recorder's stream encoder writes after ``prefix``, read back."""
+    checkpoint = recorder_segment_start(prefix, rank, t0)[0]
+    assert isinstance(checkpoint, CheckpointRecord)
+    return checkpoint
+
+
+def recorder_segment_start(prefix: Sequence[Record], rank: int, t0: int) -> list[Record]:
+    """What the recorder's stream encoder writes to start a segment after ``prefix``
+    (its checkpoint first), read back."""
     t = max((getattr(r, "t", 0) for r in prefix), default=t0)
-    return snapshot(track(prefix, rank, t0), t, 1)
+    return segment_start(track(prefix, rank, t0), t, 1)
 
 
 def model_view(cp: CheckpointRecord) -> tuple[object, ...]:

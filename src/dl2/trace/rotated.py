@@ -119,6 +119,14 @@ def _resume(enc: StreamEncoder, cp: CheckpointRecord, me: int) -> None:
 
 def snapshot(enc: StreamEncoder, t: int, segment: int) -> CheckpointRecord:
     """The checkpoint ``enc`` writes at ``t`` to start ``segment``, read back."""
+    checkpoint = segment_start(enc, t, segment)[0]
+    assert isinstance(checkpoint, CheckpointRecord)
+    return checkpoint
+
+
+def segment_start(enc: StreamEncoder, t: int, segment: int) -> list[Record]:
+    """What ``enc`` writes at ``t`` to start ``segment``, read back: its checkpoint, then
+    what the encoder repeats after one (the live threads, the threads that died)."""
     header = encode.header_line(
         rank=enc.me,
         world_size=enc.me + 1,
@@ -129,7 +137,4 @@ def snapshot(enc: StreamEncoder, t: int, segment: int) -> CheckpointRecord:
         dl2="",
         segment=segment,
     )
-    records = TraceReader("checkpoint").feed((header + enc.start_segment(segment, t)).encode())
-    checkpoint = records[0]
-    assert isinstance(checkpoint, CheckpointRecord)
-    return checkpoint
+    return TraceReader("checkpoint").feed((header + enc.start_segment(segment, t)).encode())

@@ -452,9 +452,15 @@ def _make_collective(method: str, op: str, describe: Describer) -> Callable[...,
             enc: Any = rec.enc  # the stream encoder, set while recording is active
             t = _now()
             gid_json = self._dl2_gid_json
-            # StreamEncoder.op's description key; op_hot writes the steady state in C
-            key = (gid_json, op, api, extra, is_async, tid, stack, False, False)
-            if not (_HOT and enc.op_hot(oid, t, tid, key, seq, is_async, stack)):
+            # op_hot writes the steady state in C, given StreamEncoder.op's description
+            # key (built only where the C part is in use)
+            if not (
+                _HOT
+                and enc.op_hot(
+                    oid, t, tid, (gid_json, op, api, extra, is_async, tid, stack, False, False),
+                    seq, is_async, stack,
+                )
+            ):  # fmt: skip
                 enc.op(oid, t, tid, self._dl2_gid, gid_json, seq, op, api, extra, is_async, stack)
         except Exception:
             return fn(*args, **kwargs)

@@ -330,6 +330,7 @@ class StreamEncoder(_core()):  # type: ignore[misc]
         """An op entered (see :func:`~dl2.trace.schema.encode.op_fields` for
         ``fields``; ``peer`` and ``tag`` repeat a P2P op's, ``ranks`` a create_group's):
         the recorder's hot path."""
+        # (the recording group's override builds the same key for op_hot)
         key = (gid_json, op, api, fields, is_async, tid, sid, eager, deferred)
         lock = self.lock
         lock.acquire()  # not ``with``: half the cost, on every op

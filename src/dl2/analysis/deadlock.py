@@ -9,6 +9,7 @@ from dataclasses import replace
 from itertools import pairwise
 
 from dl2.analysis.describe import KILLED_HINT
+from dl2.analysis.describe import dead_threads
 from dl2.analysis.describe import exit_cause
 from dl2.analysis.describe import op_ref
 from dl2.analysis.describe import phrase
@@ -366,15 +367,9 @@ def _unreached(graph: ExecutionGraph | None, ops: list[Op]) -> tuple[str, int]:
     return "", 0
 
 
-def _dead_threads(graph: ExecutionGraph | None, rank: int) -> list[tuple[int, str]]:
-    """(rank, thread name) of the rank's threads that an uncaught exception ended."""
-    timeline = graph.timelines.get(rank) if graph is not None else None
-    return [(rank, t.name) for t in timeline.thread_errors] if timeline is not None else []
-
-
 def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) -> str:
     kinds = {o.op for o in ops}
-    died = [t for r in sorted({o.rank for o in ops}) for t in _dead_threads(graph, r)]
+    died = [(r, t.name) for r in sorted({o.rank for o in ops}) for t in dead_threads(graph, r)]
     if died and kinds not in ({"send"}, {"recv"}):
         # (a send/send or recv/recv cycle is the main threads' own order: a thread that
         # died there is only noted)

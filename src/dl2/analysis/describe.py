@@ -10,6 +10,7 @@ from dl2.ranks import ranks_phrase
 from dl2.report import op_ref as op_ref  # re-exported: the analyses' import
 from dl2.report import store_call
 from dl2.trace.schema import NO_RANK
+from dl2.trace.schema.decode import ThreadErrorRecord
 from dl2.trace.schema.decode import report_frame
 
 #: the fix hint of peers' failures whose cause is a rank killed by a signal from outside
@@ -64,14 +65,17 @@ def exit_cause(graph: ExecutionGraph, rank: int) -> str | None:
     return f"{timeline.exit_error}, raised at {at}"
 
 
+def dead_threads(graph: ExecutionGraph | None, rank: int) -> tuple[ThreadErrorRecord, ...]:
+    """The rank's threads that an uncaught exception ended."""
+    timeline = graph.timelines.get(rank) if graph is not None else None
+    return timeline.thread_errors if timeline is not None else ()
+
+
 def thread_deaths(graph: ExecutionGraph, rank: int) -> list[str]:
-    """The rank's threads that an uncaught exception ended, each as "rank 1's thread
-    'sender' ended with an uncaught KeyError: 'k', raised at x.py:14 in send_loop"."""
-    timeline = graph.timelines.get(rank)
-    if timeline is None:
-        return []
+    """:func:`dead_threads`, each as "rank 1's thread 'sender' ended with an uncaught
+    KeyError: 'k', raised at x.py:14 in send_loop"."""
     deaths = []
-    for died in timeline.thread_errors:
+    for died in dead_threads(graph, rank):
         frame = report_frame(died.stack)
         at = (
             f", raised at {os.path.basename(frame.file)}:{frame.line} in {frame.function}"

@@ -1314,3 +1314,68 @@ def test_a_thread_joining_a_helper_that_waits_on_a_work_waits_in_communication(
         stop.set()
         for thread in (on_work, on_event, *joiners):
             thread.join(5)
+
+
+def _call_with_no_python_frame(fn: Any, *args: Any) -> None:
+    """Call ``fn(*args)`` from a thread started in C, so that no Python frame lies below
+    ``fn``'s own (as when C++ calls into a group: DDP's reducer on a CUDA autograd
+    thread); return once it returned."""
+    import _thread
+    import collections
+    import functools
+    import operator
+
+    returned = threading.Event()
+    # deque consumes the map in C: fn(*args), then (if it returned) returned.set()
+    calls = map(operator.call, [functools.partial(fn, *args), returned.set])
+    _thread.start_new_thread(collections.deque, (calls, 0))
+    assert returned.wait(10), "the call raised or did not return in 10 s"
+
+
+def test_calls_from_a_thread_with_no_python_frame_are_recorded(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+
+    from dl2.record import install
+    from dl2.record import uninstall
+
+    install(str(tmp_path))
+    try:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        group = dist.group.WORLD
+        t = torch.ones(3)
+        opts = dist.AllreduceOptions()
+        # GIVEN a recording group called with no Python frame below the call
+        # WHEN it issues a collective there, and a work made here is waited on there
+        _call_with_no_python_frame(type(group).allreduce, group, [t], opts)
+        work = dist.all_reduce(t, async_op=True)
+        _call_with_no_python_frame(type(work).wait, work)
+        # WHEN it sends there (one rank has no peer: gloo's part is a completed work)
+        inner = group._dl2_inner
+        done = inner.allreduce([t])
+        done.wait()
+
+        class Sent:
+            def send(self, *args: Any) -> Any:
+                return done
+
+        group._dl2_inner = Sent()
+        try:
+            _call_with_no_python_frame(type(group).send, group, [t], 0, 7)
+        finally:
+            group._dl2_inner = inner
+        dist.destroy_process_group()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        uninstall()
+    # THEN both ops, and the wait, are in the trace: the first with no API and no frames
+    (path,) = tmp_path.iterdir()
+    records = read_raw_trace(path).records
+    first, second = (r for r in records if r["k"] == "op" and r["op"] == "all_reduce")
+    assert first["api"] is None and first["stack"] == []
+    assert second["api"] == "all_reduce"
+    (wait,) = (r for r in records if r["k"] == "wait" and r["work"] == second["id"])
+    assert wait["stack"] == []
+    (send,) = (r for r in records if r["k"] == "op" and r["op"] == "send")
+    assert send["tag"] == 7 and send["stack"] == []

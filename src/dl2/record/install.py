@@ -38,6 +38,7 @@ from dl2.record.source import SourceRank
 from dl2.record.source import via_of
 from dl2.record.stack import API
 from dl2.record.stack import USER
+from dl2.record.stack import caller_frame
 from dl2.record.stack import capture
 from dl2.record.stack import classify_file
 from dl2.record.stack import in_distributed_call
@@ -252,7 +253,7 @@ def _patch(state: _Installed, dist: Any) -> None:
 
     def _new_process_group_helper(*args: Any, **kwargs: Any) -> Any:
         try:
-            prepared = _prepare_group(state, c10d, sys._getframe(1), args, kwargs)
+            prepared = _prepare_group(state, c10d, caller_frame(), args, kwargs)
         except Exception:
             prepared = None
         if prepared is None:
@@ -271,7 +272,7 @@ def _patch(state: _Installed, dist: Any) -> None:
     def _warn_not_in_group(op_name: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             if rec.active:
-                rec.nonmember(_now(), str(op_name), user_stack_id(sys._getframe(1)))
+                rec.nonmember(_now(), str(op_name), user_stack_id(caller_frame()))
         except Exception:
             pass
         if args or kwargs:
@@ -398,7 +399,7 @@ def _patch_threads(state: _Installed) -> None:
 
     def start(self: threading.Thread) -> None:
         try:
-            self._dl2_user = runs_user_code(self) and not in_distributed_call(sys._getframe(1))  # type: ignore[attr-defined]
+            self._dl2_user = runs_user_code(self) and not in_distributed_call(caller_frame())  # type: ignore[attr-defined]
         except Exception:
             pass
         original_start(self)
@@ -465,7 +466,7 @@ def _patch_pools(state: _Installed) -> None:
 
     @functools.wraps(original)
     def submit(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        if not _counts(fn, sys._getframe(1)):
+        if not _counts(fn, caller_frame()):
             return original(self, fn, *args, **kwargs)
         rec.thread_started()
         try:
@@ -505,7 +506,7 @@ def _patch_thread_pool(state: _Installed) -> None:
 def _counted_pool_call(rec: Recorder, original: Any) -> Any:
     @functools.wraps(original)
     def call(self: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
-        if not _counts(func, sys._getframe(1)):
+        if not _counts(func, caller_frame()):
             return original(self, func, *args, **kwargs)
         positional = list(args)
         finished = threading.Event()

@@ -50,6 +50,7 @@ from dl2.record.recorder import PRUNE_AT
 from dl2.record.recorder import Recorder
 from dl2.record.recorder import source_of
 from dl2.record.source import via_of
+from dl2.record.stack import caller_frame
 from dl2.record.stack import capture
 from dl2.record.works import RecordedWork
 from dl2.record.works import work_completed
@@ -65,6 +66,20 @@ _tid = threading.get_ident
 _Work = dist.Work
 #: whether the stream encoder has its C hot path (see :mod:`dl2.speedups`)
 _HOT = speedups.active()
+
+
+def _engine_code() -> Any:
+    """The code of the Python function that runs autograd's C++ engine (the last Python
+    frame under a hook the engine calls from C++: DDP's reducer), if this torch has it."""
+    try:
+        from torch.autograd import graph
+
+        return graph._engine_run_backward.__code__
+    except Exception:
+        return None
+
+
+_ENGINE = _engine_code()
 
 # Point-to-point method names (recorded as send / recv).
 P2P_METHODS = ("send", "recv", "recv_anysource")
@@ -238,8 +253,10 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
         stack: int,
         tid: int,
         point_to_point: bool = False,
+        wrap: bool = True,
     ) -> Any:
-        """Issue op ``oid`` (recorded by thread ``tid``) and record what follows."""
+        """Issue op ``oid`` (recorded by thread ``tid``) and record what follows
+        (``wrap``: hand back an async op's work wrapped, its waits recorded)."""
         rec = self._dl2_rec
         try:
             work = fn(*args, **kwargs)
@@ -258,6 +275,8 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
                 pending[oid] = (work, anyranks)
                 if len(pending) >= PRUNE_AT:
                     rec.poll_pending()
+                if not wrap:
+                    return work
                 return RecordedWork(
                     work, oid, rec, anyranks, None, point_to_point, self._dl2_device
                 )
@@ -307,15 +326,15 @@ class RecordingProcessGroup(dist.ProcessGroup):  # type: ignore[misc]
 
     def send(self, *args: Any, **kwargs: Any) -> Any:
         """Record and run ``send(tensors, dstRank, tag)``."""
-        return self._dl2_p2p("send", _getframe(1), args, kwargs)
+        return self._dl2_p2p("send", caller_frame(), args, kwargs)
 
     def recv(self, *args: Any, **kwargs: Any) -> Any:
         """Record and run ``recv(tensors, srcRank, tag)``."""
-        return self._dl2_p2p("recv", _getframe(1), args, kwargs)
+        return self._dl2_p2p("recv", caller_frame(), args, kwargs)
 
     def recv_anysource(self, *args: Any, **kwargs: Any) -> Any:
         """Record and run ``recv_anysource(tensors, tag)`` (a wildcard recv)."""
-        return self._dl2_p2p("recv_anysource", _getframe(1), args, kwargs)
+        return self._dl2_p2p("recv_anysource", caller_frame(), args, kwargs)
 
 
 class DeviceRecordingGroup(RecordingProcessGroup):
@@ -397,7 +416,7 @@ def record_create(recorder: Recorder, gid: str, rank: int, size: int, given: lis
         if not recorder.active:
             return 0
         ctx = getattr(recorder.local, "group_ctx", None)
-        api, stack = ctx if ctx is not None else capture(_getframe(2))
+        api, stack = ctx if ctx is not None else capture(caller_frame(2))
         oid = next(recorder.ids)
         fields = ranks_field(ranks)
         recorder.op(
@@ -444,7 +463,11 @@ def _make_collective(method: str, op: str, describe: Describer) -> Callable[...,
                 extra, is_async = describe(self, args, kwargs)
             except Exception:
                 extra, is_async = "", True
-            api, stack = capture(_getframe(1))
+            try:
+                caller = _getframe(1)
+            except ValueError:  # no Python frame: called from a thread C++ started
+                caller = None  # (DDP's reducer on a CUDA autograd thread)
+            api, stack = capture(caller)
             seq = self._dl2_seq
             self._dl2_seq = seq + 1
             oid = next(rec.ids)
@@ -465,7 +488,12 @@ def _make_collective(method: str, op: str, describe: Describer) -> Callable[...,
         except Exception:
             return fn(*args, **kwargs)
         if is_async:
-            return self._dl2_issue(oid, fn, args, kwargs, True, None, stack, tid)
+            # From C++ in autograd's engine, for no API (DDP's reducer, on this thread or
+            # on a device's autograd thread, with no Python frame): its work is only asked
+            # for its future, never waited on, and is handed back as gloo's own (a wrapper
+            # would cost each bucket two more crossings into Python, with caches cold).
+            wrap = api is not None or (caller is not None and caller.f_code is not _ENGINE)
+            return self._dl2_issue(oid, fn, args, kwargs, True, None, stack, tid, wrap=wrap)
         # A blocking collective: _dl2_issue's blocking path, inlined (see there).
         try:
             work = fn(*args, **kwargs)

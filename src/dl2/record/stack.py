@@ -423,6 +423,12 @@ def _awaits_work(future: object) -> bool:
     return bool(getattr(future, "_dl2_work", False)) or type(future) is not own
 
 
-def current_frame(depth: int = 0) -> FrameType:
-    """``sys._getframe(depth + 1)``: the frame ``depth`` levels above the caller."""
-    return sys._getframe(depth + 1)
+def caller_frame(depth: int = 1) -> FrameType | None:
+    """The frame ``depth`` levels above the function that calls this one (1: its
+    caller), or None where the stack is not that deep: a hook called from a thread C++
+    started, with no Python frame below it (DDP's reducer on a CUDA autograd thread,
+    a C++ callback), which ``sys._getframe(depth)`` answers with a ValueError."""
+    try:
+        return sys._getframe(depth + 1)
+    except ValueError:
+        return None

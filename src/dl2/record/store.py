@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import datetime
 import os
-import sys
 import threading
 import time
 import weakref
@@ -38,11 +37,11 @@ from typing import Any
 from dl2.record.recorder import Recorder
 from dl2.record.stack import _DL2_DIRS
 from dl2.record.stack import _TORCH_DIRS
+from dl2.record.stack import caller_frame
 from dl2.record.stack import capture
 from dl2.trace.schema import STORE_SETS
 from dl2.trace.schema import STORE_WAITS
 
-_getframe = sys._getframe
 _now = time.monotonic_ns
 _tid = threading.get_ident
 
@@ -180,7 +179,7 @@ def _wrap(name: str, original: Any, rec: Recorder) -> Callable[..., Any]:
         if rec.fd < 0:
             return original(self, *args, **kwargs)
         try:
-            sid = _record(rec, name, self, args, kwargs, _getframe(1))
+            sid = _record(rec, name, self, args, kwargs, caller_frame())
         except Exception:
             sid = 0
         if not sid or not block:

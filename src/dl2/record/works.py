@@ -10,7 +10,6 @@ The first and last forward everything else to the real work (:class:`ForwardingW
 from __future__ import annotations
 
 import functools
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -24,10 +23,10 @@ from dl2.record.recorder import source_of
 from dl2.record.recorder import work_failed
 from dl2.record.source import SourceRank
 from dl2.record.stack import LIB
+from dl2.record.stack import caller_frame
 from dl2.record.stack import file_kind
 from dl2.record.stack import user_stack_id
 
-_getframe = sys._getframe
 _now = time.monotonic_ns
 _tid = threading.get_ident
 _work_init = dist.Work.__init__
@@ -190,7 +189,7 @@ class RecordedWork(ForwardingWork):
             return bool(inner.wait() if timeout is None else inner.wait(timeout))
         try:
             wid = next(rec.ids)
-            rec.wait(wid, _now(), _tid(), self._dl2_oid, user_stack_id(_getframe(1)))
+            rec.wait(wid, _now(), _tid(), self._dl2_oid, user_stack_id(caller_frame()))
         except Exception:
             return bool(inner.wait() if timeout is None else inner.wait(timeout))
         try:
@@ -230,9 +229,11 @@ class RecordedWork(ForwardingWork):
         if self._dl2_device or not _cpu_only():
             return future  # a future of CUDA tensors needs its devices: left as it is
         try:
-            caller = _getframe(1).f_code.co_filename
-            if file_kind(caller) == LIB or self._dl2_work.is_completed():
-                return future  # torch's own (DDP's reducer, from C++), or done already
+            caller = caller_frame()  # None: from a thread C++ started
+            if caller is None or file_kind(caller.f_code.co_filename) == LIB:
+                return future  # torch's own (DDP's reducer, from C++)
+            if self._dl2_work.is_completed():
+                return future  # done already
             return watched_future(future, self._dl2_rec, self._dl2_oid)
         except Exception:
             return future
@@ -253,7 +254,7 @@ class RecordedWork(ForwardingWork):
                 # from one computing (see Watchdog.tick).
                 stack = self._dl2_poll_stack
                 if stack is None:
-                    stack = self._dl2_poll_stack = user_stack_id(_getframe(1))
+                    stack = self._dl2_poll_stack = user_stack_id(caller_frame())
                 rec.polled[self._dl2_oid] = stack
         except Exception:
             pass
@@ -290,7 +291,7 @@ def watched_future(future: Any, recorder: Recorder, oid: int = 0) -> Any:
         if not finished and oid:
             try:
                 if oid in recorder.pending and oid not in recorder.polled:
-                    recorder.polled[oid] = user_stack_id(_getframe(1))
+                    recorder.polled[oid] = user_stack_id(caller_frame())
             except Exception:
                 pass
         return finished
@@ -394,7 +395,7 @@ class EagerWork(dist.Work):  # type: ignore[misc]
         try:
             if rec.active:
                 wid = next(rec.ids)
-                stack = user_stack_id(_getframe(1))
+                stack = user_stack_id(caller_frame())
                 rec.wait(wid, _now(), _tid(), self._dl2_oid, stack, returned=True)
         except Exception:
             pass

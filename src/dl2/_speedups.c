@@ -215,7 +215,8 @@ slow:
 typedef struct {
     PyObject_HEAD
     /* objects the Python encoder owns and may replace (None until it sets them) */
-    PyObject *lock, *tail, *open, *descs, *descs_defined, *seqs, *sink;
+    PyObject *lock, *tail, *open, *descs, *descs_defined, *seqs, *sink, *waits, *issued,
+        *stores;
     long long t0, us, last, last_sid, next_id, ops_before, due;
     unsigned long long last_tid;
 } Core;
@@ -232,6 +233,9 @@ core_traverse(Core *self, visitproc visit, void *arg)
     Py_VISIT(self->descs_defined);
     Py_VISIT(self->seqs);
     Py_VISIT(self->sink);
+    Py_VISIT(self->waits);
+    Py_VISIT(self->issued);
+    Py_VISIT(self->stores);
     Py_VISIT(Py_TYPE(self));
     return 0;
 }
@@ -246,6 +250,9 @@ core_clear(Core *self)
     Py_CLEAR(self->descs_defined);
     Py_CLEAR(self->seqs);
     Py_CLEAR(self->sink);
+    Py_CLEAR(self->waits);
+    Py_CLEAR(self->issued);
+    Py_CLEAR(self->stores);
     return 0;
 }
 
@@ -337,8 +344,8 @@ core_op_hot(Core *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
 
     /* -- checks (nothing changes) -- */
-    long long last = self->last, prev_us = self->us, wid = 0, k_dt = 0, k_dur = 0;
-    int k = 0;
+    long long last = self->last, prev_us = self->us, wid = 0, k_dt = 0, k_dur = 0, r_dt = 0;
+    int k = 0, r = 0;
     Py_ssize_t n = PyObject_Size(tail);
     if (n < 0)
         goto error;
@@ -372,6 +379,43 @@ core_op_hot(Core *self, PyObject *const *args, Py_ssize_t nargs)
         wid = i_wid;
         last = wid;
         k = 1;
+    }
+    else if (n == 1) {
+        /* The previous op an async one, issued: its held ret (a DDP bucket after
+         * another).  StreamEncoder._ret of an op no wait or store call has that id,
+         * open and not an eager send: it becomes issued, and its ret is ["r",dt]. */
+        ret = PySequence_GetItem(tail, 0);
+        if (ret == NULL)
+            goto error;
+        if (!PyTuple_CheckExact(ret) || PyTuple_GET_SIZE(ret) != 3 ||
+            PyTuple_GET_ITEM(ret, 2) != Py_None)
+            goto done;
+        long long r_id = item_ll(ret, 0, &ok), r_t = item_ll(ret, 1, &ok);
+        if (!ok || r_id != last || self->waits == NULL || !PyDict_CheckExact(self->waits) ||
+            self->stores == NULL || !PyDict_CheckExact(self->stores) ||
+            self->issued == NULL || !PySet_CheckExact(self->issued))
+            goto done;
+        PyObject *r_key = PyTuple_GET_ITEM(ret, 0);
+        int has = PyDict_Contains(self->waits, r_key);
+        if (has == 0 && PyDict_GET_SIZE(self->stores))
+            has = PyDict_Contains(self->stores, r_key);
+        if (has < 0)
+            goto error;
+        if (has)
+            goto done;
+        PyObject *r_entry = PyDict_GetItemWithError(self->open, r_key); /* borrowed */
+        if (r_entry == NULL) {
+            if (PyErr_Occurred())
+                goto error;
+            goto done;
+        }
+        if (!PyTuple_CheckExact(r_entry) || PyTuple_GET_SIZE(r_entry) < 7 ||
+            PyTuple_GET_ITEM(r_entry, 6) != Py_False)
+            goto done; /* an eager send leaves open: StreamEncoder._ret does that */
+        long long end = us_of(r_t - self->t0);
+        r_dt = end - prev_us;
+        prev_us = end;
+        r = 1;
     }
     else if (n != 0)
         goto done;
@@ -432,6 +476,9 @@ core_op_hot(Core *self, PyObject *const *args, Py_ssize_t nargs)
     if (k)
         size = snprintf(line, sizeof line, "[\"k\",%lld,%lld]\n[\"o\",%lld,%lld]\n", k_dt,
                         k_dur, us - prev_us, did_v);
+    else if (r)
+        size = snprintf(line, sizeof line, "[\"r\",%lld]\n[\"o\",%lld,%lld]\n", r_dt,
+                        us - prev_us, did_v);
     else
         size = snprintf(line, sizeof line, "[\"o\",%lld,%lld]\n", us - prev_us, did_v);
     if (size < 0 || (size_t)size >= sizeof line)
@@ -460,6 +507,14 @@ core_op_hot(Core *self, PyObject *const *args, Py_ssize_t nargs)
                 goto error_desc;
             PyErr_Clear();
         }
+    }
+    if (r) {
+        PyObject *popped = PyObject_CallMethodNoArgs(tail, s_popleft);
+        if (popped == NULL)
+            goto error_desc;
+        Py_DECREF(popped);
+        if (PySet_Add(self->issued, PyTuple_GET_ITEM(ret, 0)) < 0)
+            goto error_desc;
     }
     if (PyDict_SetItem(self->seqs, skey, next_seq) < 0 ||
         PyDict_SetItem(self->open, args[0], entry) < 0)
@@ -549,6 +604,9 @@ static PyMemberDef core_members[] = {
     OBJ("_descs_defined", descs_defined),
     OBJ("seqs", seqs),
     OBJ("_sink", sink),
+    OBJ("waits", waits),
+    OBJ("issued", issued),
+    OBJ("stores", stores),
     LL("t0", t0),
     LL("_us", us),
     LL("_last", last),

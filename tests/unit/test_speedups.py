@@ -183,8 +183,9 @@ class _Driver:
             3, 10_000_000_000, self.stacks, self.writes.append, room=room, roll=roll,
             clock=lambda: self.clock,
         )  # fmt: skip
-        self.hot = 0
+        self.hot = self.hot_after_async = 0
         self.ids = iter(range(1, 10**9))
+        self.async_share = 0.15
 
     def now(self, step: int) -> int:
         self.clock += step
@@ -195,16 +196,19 @@ class _Driver:
         sid = self.stacks.intern(f'[["train.py",{rng.choice((10, 11))},"main"]]')
         oid = next(self.ids)
         t = self.now(rng.randrange(500, 50_000))
-        is_async = rng.random() < 0.15
+        is_async = rng.random() < self.async_share
         seq = None if rng.random() < 0.97 else rng.randrange(0, 3)
         gid_json = f'"{gid}"'
         key = (gid_json, op, "all_reduce", fields, is_async, tid, sid, False, False)
+        after_async = len(enc.tail) == 1  # the previous op's issue ret, held
         if enc.op_hot(oid, t, tid, key, seq, is_async, sid):
             self.hot += 1
+            self.hot_after_async += after_async
         else:
             enc.op(oid, t, tid, gid, gid_json, seq, op, "all_reduce", fields, is_async, sid)
-        if is_async:
-            if rng.random() < 0.7:
+        if is_async:  # issued: its ret held, as the override's
+            enc.tail.append((oid, self.now(rng.randrange(10, 900)), None))
+            if rng.random() < 0.3:
                 enc.hold_done(oid, self.now(rng.randrange(10, 9_000)))
             return
         wid = next(self.ids)
@@ -241,7 +245,9 @@ def _run(cls: type, seed: int, room: int) -> _Driver:
     rng = random.Random(seed)
     driver = _Driver(cls, room)
     groups = [("0", "all_reduce", '"sum","float32",8'), ("1", "broadcast", '0,"float32",4')]
-    for _ in range(3000):
+    for step in range(3000):
+        # phases of mostly blocking calls, and of DDP's buckets (async, one after another)
+        driver.async_share = 0.15 if step // 500 % 2 == 0 else 0.9
         roll = rng.random()
         if roll < 0.9:
             gid, op, fields = groups[0] if rng.random() < 0.85 else groups[1]
@@ -261,6 +267,7 @@ def test_op_hot_writes_what_op_writes(seed: int, room: int) -> None:
     py = _run(PythonEncoder, seed, room)
     assert py.hot == 0
     assert c.hot > 1000, "the steady state was not written by op_hot"
+    assert c.hot_after_async > 200, "nor DDP's buckets, one after another"
     assert b"".join(c.writes) == b"".join(py.writes)
     assert c.writes == py.writes  # write for write: a record never split differently
     assert c.state() == py.state()
@@ -291,6 +298,50 @@ def test_op_hot_declines_without_changing_anything() -> None:
         assert (driver.state(), list(enc.tail), list(driver.writes)) == snapshot
     assert enc.op_hot(3, 10_000_004_000, 7, key, None, False, sid)
     assert driver.writes[-1] == b'["k",1,1]\n["o",1,1]\n'
+
+
+@needs_c
+def test_op_hot_after_an_async_op_declines_what_is_not_a_plain_issue() -> None:
+    driver = _Driver(StreamEncoder, 1 << 62)
+    enc = driver.enc
+    sid = driver.stacks.intern('[["train.py",1,"main"]]')
+    key = ('"0"', "all_reduce", None, "f", True, 7, sid, False, False)
+    eager_key = ('"0"', "all_reduce", None, "f", True, 7, sid, True, False)
+    for oid, k in ((1, key), (2, eager_key)):
+        enc.op(oid, 10_000_000_000 + oid * 1000, 7, "0", '"0"', None, "all_reduce", None,
+               "f", True, sid, eager=k[7])  # fmt: skip
+        enc.flush()
+    for held, why in (
+        ((3, 10_000_004_000, 1), "a wildcard's sender with it"),
+        ((2, 10_000_004_000, None), "not the last op"),
+    ):
+        enc.op(3, 10_000_003_000, 7, "0", '"0"', None, "all_reduce", None, "f", True, sid)
+        enc.tail.append(held)
+        snapshot = (driver.state(), list(enc.tail), list(driver.writes))
+        assert not enc.op_hot(4, 10_000_005_000, 7, key, None, True, sid), why
+        assert (driver.state(), list(enc.tail), list(driver.writes)) == snapshot
+        enc.tail.clear()
+        enc._last = 2
+    # the eager one's ret (it leaves the open ops, as StreamEncoder._ret does)
+    enc._last = 2
+    enc.tail.append((2, 10_000_004_000, None))
+    snapshot = (driver.state(), list(enc.tail), list(driver.writes))
+    assert not enc.op_hot(3, 10_000_005_000, 7, key, None, True, sid)
+    assert (driver.state(), list(enc.tail), list(driver.writes)) == snapshot
+    # a wait (id 9) on op 1 is pending: a ret of id 9 is that wait's, not an issue
+    enc.tail.clear()
+    enc.wait(9, 10_000_006_000, 7, 1, sid)
+    enc.tail.append((9, 10_000_007_000, None))
+    snapshot = (driver.state(), list(enc.tail), list(driver.writes))
+    assert not enc.op_hot(10, 10_000_008_000, 7, key, None, True, sid)
+    assert (driver.state(), list(enc.tail), list(driver.writes)) == snapshot
+    # and the plain issue of the last op is written in C: its ret, then the op
+    enc.tail.clear()
+    enc.op(10, 10_000_009_000, 7, "0", '"0"', None, "all_reduce", None, "f", True, sid)
+    enc.tail.append((10, 10_000_010_000, None))
+    assert enc.op_hot(11, 10_000_012_000, 7, key, None, True, sid)
+    assert driver.writes[-1] == b'["r",1]\n["o",2,1]\n'
+    assert 10 in enc.issued and 11 in enc.open
 
 
 @needs_c

@@ -101,6 +101,7 @@ def feed_calls(session: Session) -> Model:
                 and unit[1].err is None
                 and isinstance(unit[2], WaitRecord)
                 and unit[2].work == rec.id
+                and unit[2].stack == rec.stack  # a "k" line: waited on where issued
                 and isinstance(unit[3], RetRecord)
                 and unit[3].id == unit[2].id
                 and unit[3].err is None
@@ -208,14 +209,34 @@ def cuts(length: int) -> set[int]:
     return {c for c in (1, length // 3, length // 2, 2 * length // 3, length - 1) if 0 < c < length}
 
 
+def _waits_again(records: Any) -> bool:
+    """Whether a rank waits on an op a second time (after a wait on it returned)."""
+    returned: set[int] = set()
+    waits: dict[int, int] = {}
+    for r in records:
+        if isinstance(r, WaitRecord):
+            if r.work in returned:
+                return True
+            waits[r.id] = r.work
+        elif isinstance(r, RetRecord) and r.id in waits:
+            returned.add(waits.pop(r.id))
+    return False
+
+
 def check_resumed(session: Session, wfg: WaitForGraph, expected: Report) -> None:
     """Any one rank resumed from a checkpoint: the same deadlock, lines and verdict.
 
     Not for a session with store calls: a checkpoint does not carry the store keys set
     before it, so the model claims no store wait of a resumed session (any key may have
     been set); see :meth:`dl2.model.execution_graph.ExecutionGraph.store_key_may_exist`.
+    Nor for one where a rank waits on a work a second time: a checkpoint carries the
+    open ops only, so a model resumed from one written between the two waits does not
+    know what the second waits on (a send's, whose second wait never returns on gloo,
+    or a collective's); see ``RankModel.blocked``.
     """
     if any(isinstance(r, StoreRecord) for t in session.traces.values() for r in t.records):
+        return
+    if any(_waits_again(t.records) for t in session.traces.values()):
         return
     deadlock = [f for f in expected.findings if f.kind in DEADLOCK_KINDS]
     for rank, trace in session.traces.items():

@@ -249,21 +249,65 @@ def test_a_wide_hang_is_one_finding_naming_the_rank_outside_communication():
     assert "waiting on rank 1199 (running Python code at train.py:7 in load)" in hang.summary
 
 
-def test_a_second_wait_on_a_completed_p2p_work_is_named_at_the_hang_timeout():
+def test_a_second_wait_on_a_completed_p2p_work_is_a_deadlock_naming_both_waits():
     # GIVEN an isend/irecv pair each waited on, then waited on again (gloo: the second
     # wait waits for another message), until dl2's hang timeout stopped the job
     r0, r1 = ranks(2)
     send = r0.isend(14, peer=1)
     recv = r1.issue("recv", 16, peer=0, api="irecv", **{"async": True})
     for rank, op_id in ((r0, send), (r1, recv)):
-        rank.wait(op_id)
-        rank.wait(op_id, complete=False)
+        rank.wait(op_id, line=17)
+        rank.wait(op_id, complete=False, line=18)
     report = analyze(_ended(session([r0, r1]), "hang-timeout"))
-    # THEN the hang names both works and says why the wait never returns
-    hang = next(f for f in report.findings if f.kind is FindingKind.HANG)
-    assert hang.ranks == (0, 1)
-    assert [(o.rank, o.line) for o in hang.ops] == [(0, 14), (1, 16)]
-    assert "second wait() on a send or receive" in hang.message
+    # THEN neither can ever be released, each on its own: each finding names the work,
+    # both waits, and why
+    assert report.verdict is Verdict.DEADLOCK
+    first, second = [f for f in report.findings if f.kind is FindingKind.DEADLOCK]
+    assert (first.ranks, second.ranks) == ((0,), (1,))
+    assert [(o.rank, o.line, o.wait_line) for f in (first, second) for o in f.ops] == [
+        (0, 14, 18),
+        (1, 16, 18),
+    ]
+    assert "rank 0 waits a second time on the work of its isend to rank 1" in first.message
+    assert "rank 1 waits a second time on the work of its irecv from rank 0" in second.message
+    assert "whose first wait returned (line 17)" in first.message
+    assert "Call wait() once per isend/irecv work" in first.hint
+
+
+def test_a_rank_waiting_on_one_in_a_second_p2p_wait_is_deadlocked_with_it():
+    # GIVEN rank 1 waits its irecv twice (lines 13, 14) and rank 0 waits in the barrier
+    # that rank 1 never reaches, the job still live (no ending yet)
+    r0, r1 = ranks(2)
+    send = r0.isend(9, peer=1)
+    r0.wait(send, line=10)
+    recv = r1.irecv(12, peer=0)
+    r1.wait(recv, line=13)
+    r1.wait(recv, complete=False, line=14)
+    r0.call("barrier", 16, complete=False)
+    report = analyze(session([r0, r1], states=dict.fromkeys(range(2), ALIVE)))
+    # THEN a deadlock of both: rank 1 can never leave its wait, rank 0 waits on rank 1
+    assert report.verdict is Verdict.DEADLOCK
+    (dead,) = [f for f in report.findings if f.kind is FindingKind.DEADLOCK]
+    assert dead.ranks == (0, 1)
+    assert "rank 1 waits a second time on the work of its irecv from rank 0" in dead.message
+    assert "(train.py:12, waited at line 14), whose first wait returned (line 13)" in dead.message
+    # the twin: a collective's work waited on twice returns at once (not a finding), and
+    # so does a P2P work's second wait that returned
+    r0, r1 = ranks(2)
+    for r in (r0, r1):
+        work = r.issue("all_reduce", 5, count=4, **{"async": True})
+        r.wait(work, line=6)
+        r.wait(work, complete=False, line=7)
+    assert analyze(session([r0, r1], states=dict.fromkeys(range(2), ALIVE))).verdict is not (
+        Verdict.DEADLOCK
+    )
+    r0, r1 = ranks(2)
+    send = r0.isend(9, peer=1)
+    recv = r1.irecv(12, peer=0)
+    for r, op_id in ((r0, send), (r1, recv)):
+        r.wait(op_id, line=13)
+        r.wait(op_id, line=14)
+    assert analyze(session([r0, r1], states=dict.fromkeys(range(2), ALIVE))).verdict is Verdict.OK
 
 
 def test_a_done_after_a_failed_wait_leaves_the_op_failed():

@@ -53,6 +53,31 @@ def _ddp_hint(op: Op) -> str:
     return _DDP_FORWARD_HINT if op.op == "broadcast" else _DDP_HINT
 
 
+#: the note of a second wait on a send or receive (:func:`_rewait_note`), and its fix
+_REWAIT = "waits a second time on the work of its"
+_REWAIT_HINT = (
+    "Call wait() once per isend/irecv work (keep a flag, or drop the work after its "
+    "wait): on gloo each wait() on a send or receive waits for one more message; a "
+    "collective's work may be waited on again, a P2P work may not."
+)
+
+
+def _rewait_note(wfg: WaitForGraph, op: Op) -> str:
+    """Why a second wait on a send or receive never returns, naming both waits."""
+    node = wfg.nodes.get(op.rank)
+    earlier = report_frame(node.blocked.earlier) if node and node.blocked else None
+    first = f" (line {earlier.line})" if earlier is not None else ""
+    name = op.api if op.api in ("isend", "irecv") else op.op
+    peer = ""
+    if op.peer is not None:
+        peer = f" {'to' if op.op == 'send' else 'from'} rank {op.peer}"
+    return (
+        f"rank {op.rank} {_REWAIT} {name}{peer} ({where(op)}), whose first wait returned"
+        f"{first}: gloo's wait() on a send or receive waits for one more message each "
+        "time, so this one never returns"
+    )
+
+
 def _stuck_op(node: RankNode) -> Op:
     return node.clauses[0].op
 
@@ -81,6 +106,8 @@ def _clause_note(
     :func:`_blocked_senders` of ``wfg``), or the other groups its group's name stands
     for on other ranks."""
     op = clause.op
+    if clause.reason == "rewait":
+        return _rewait_note(wfg, op)
     if clause.reason == "group-views":
         return _views_note(graph, op)
     if clause.reason == "no-rank":
@@ -368,6 +395,8 @@ def _unreached(graph: ExecutionGraph | None, ops: list[Op]) -> tuple[str, int]:
 
 
 def _hint(ops: list[Op], notes: list[str], graph: ExecutionGraph | None = None) -> str:
+    if any(_REWAIT in n for n in notes):
+        return _REWAIT_HINT
     kinds = {o.op for o in ops}
     died = [(r, t.name) for r in sorted({o.rank for o in ops}) for t in dead_threads(graph, r)]
     if died and kinds not in ({"send"}, {"recv"}):

@@ -233,8 +233,6 @@ def hang_findings(
                 summary=(f"{who} blocked in {phrase(first)} ({where(first)}) waiting on {waited}"),
             )
         )
-    if ending == "hang-timeout" and not findings:
-        findings.extend(_rewait_findings(graph))
     if not findings:
         findings.extend(_group_creation_findings(graph, ending, quiet))
     return findings
@@ -475,28 +473,3 @@ def _stuck_finding(stuck: list[Op], message: str, hint: str, summary: str = "") 
             summary=summary,
         )
     ]
-
-
-def _rewait_findings(graph: ExecutionGraph) -> list[Finding]:
-    """Ranks still inside a wait() on a point-to-point work that had completed when dl2's
-    hang timeout stopped the job: a second wait on a gloo P2P work waits for another
-    message, which never comes (a collective's returns at once)."""
-    stuck = []
-    for rank in sorted(graph.timelines):
-        blocked = graph.timelines[rank].blocked
-        if blocked is None or blocked.how != "wait" or len(blocked.ops) != 1:
-            continue
-        op = blocked.ops[0]
-        if op.completed and op.error is None and op.kind == "p2p":
-            stuck.append(op)
-    if not stuck:
-        return []
-    listed = "; ".join(waiting_parts(stuck, 3))
-    return _stuck_finding(
-        stuck,
-        "Blocked in wait() on a point-to-point work that had already completed, until the "
-        f"job was ended: {listed}. On gloo a second wait() on a send or receive waits for "
-        "another message, which never comes.",
-        "Call wait() once per isend/irecv work (keep a flag, or drop the work after its "
-        "wait); a collective's work may be waited on again, a P2P work may not.",
-    )

@@ -158,13 +158,16 @@ class Blocked:
     Attributes:
         ops: the ops it needs to complete (one for a wait or an open call; several
             for a watchdog-reported stall on pending async works).
-        how: "wait" (in Work.wait), "call" (inside the call itself), "stall"
+        how: "wait" (in Work.wait), "rewait" (in a second Work.wait on a send or
+            receive whose first returned), "call" (inside the call itself), "stall"
             (the watchdog saw the main thread inside backward/communication) or "poll"
             (the watchdog saw it spin polling ``is_completed()`` on these works).
     """
 
     ops: tuple[Op, ...]
     how: str
+    #: for a "rewait": the stack of the earlier wait on the op, which returned
+    earlier: tuple[Frame, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

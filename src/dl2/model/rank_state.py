@@ -49,6 +49,8 @@ from dl2.trace.schema.decode import WaitRecord
 
 #: blocking ops that complete when their call returns (no work to wait on)
 _COMPLETE_ON_RETURN = frozenset({"create_group", "monitored_barrier"})
+#: point-to-point ops (a wildcard receive is a "recv" too)
+_P2P_OPS = frozenset({"send", "recv"})
 
 
 class OpState(msgspec.Struct, gc=False):
@@ -190,6 +192,7 @@ class RankModel:
         "ops",
         "rank",
         "resumed",
+        "rewaits",
         "sink",
         "state_at",
         "store_calls",
@@ -215,6 +218,9 @@ class RankModel:
         self.n_dropped = 0
         self.resumed = False
         self.waits: dict[int, int] = {}  # open wait id -> op id
+        # open waits on a send or receive whose earlier wait returned: id -> the op (kept
+        # here: its finished pair may be folded meanwhile) and the wait's stack
+        self.rewaits: dict[int, tuple[Op, tuple[Frame, ...]]] = {}
         self.open_calls: dict[int, None] = {}  # op / wait ids entered, not returned, in order
         self.newgroups: list[NewGroupRecord] = []
         self.nonmember: list[NonMemberRecord] = []
@@ -301,6 +307,8 @@ class RankModel:
                             waits.pop(wait.id, None)
                         n_ops += 1
                         st = OpState(rec, rank, n_ops - 1, -1, True, True, None, None, n_ops)
+                        if wait.stack is not rec.stack and wait.stack != rec.stack:
+                            st.wait_stack = wait.stack  # waited on at another line
                         ops[rid] = st
                         active = at + 3
                         at += 4
@@ -319,6 +327,8 @@ class RankModel:
                 rid = rec.id
                 calls.pop(rid, None)
                 work = waits.pop(rid, None)
+                if self.rewaits:
+                    self.rewaits.pop(rid, None)
                 target = ops.get(rid if work is None else work)
                 active = at
                 if target is None:
@@ -346,6 +356,13 @@ class RankModel:
                     assert isinstance(rec, WaitRecord)
                 waits[rec.id] = rec.work
                 target = ops.get(rec.work)
+                if (
+                    target is not None
+                    and target.done
+                    and target.rec.op in _P2P_OPS
+                    and not target.rec.eager
+                ):
+                    self.rewaits[rec.id] = (target.op(), rec.stack)  # again: see blocked
                 if target is not None and target.waited_at is None:
                     target.waited_at = n_ops
                     if rec.stack != target.rec.stack:
@@ -547,6 +564,9 @@ class RankModel:
             target = self.ops.get(wait.work)
             if target is not None and target.waited_at is None:
                 target.waited_at = ck.ops_before
+                if wait.stack != target.rec.stack:
+                    target.wait_stack = wait.stack  # as feed() keeps it
+                target.cached = None
         for oid in ck.dropped:
             target = self.ops.get(oid)
             if target is not None:
@@ -582,6 +602,15 @@ class RankModel:
             if call is not None:
                 return Blocked((store_op(self.rank, call[0], call[1]),), "call")
             if last in self.waits:
+                again = self.rewaits.get(last)
+                if again is not None:
+                    # a wait on a send or receive whose earlier wait returned: gloo's
+                    # wait() waits for one more message each call, so this one never
+                    # returns (a collective's, or an NCCL work's, returns at once); the
+                    # op is named where this wait is, ``earlier`` where the first was
+                    op, stack = again
+                    now = replace(op, wait_stack=stack) if stack else op
+                    return Blocked((now,), "rewait", earlier=op.wait_stack or op.stack)
                 target = ops.get(self.waits[last])
                 return Blocked((target.op(),), "wait") if target is not None else None
             st = ops.get(last)

@@ -69,7 +69,8 @@ class Clause:
         targets: ranks that must act (post their part) for it to complete.
         any_of: True if any one target suffices (wildcard receive), else all must.
         reason: "unmatched", "dropped" (P2P: its partner's work was dropped) or
-            "no-rank" (P2P: its peer is no rank of its group),
+            "no-rank" (P2P: its peer is no rank of its group), "rewait" (a second
+            wait on a send or receive whose first returned: gloo never ends it),
             "missing" or "mismatch" (collective), "group",
             "store" (keys no rank has set).
     """
@@ -311,6 +312,12 @@ def _node(session: Session, graph: ExecutionGraph, rank: int, settled: bool) -> 
     if status is not RankStatus.BLOCKED or timeline is None or timeline.blocked is None:
         return RankNode(rank, status)
     blocked = timeline.blocked
+    if blocked.how == "rewait":
+        # a second wait on a send or receive whose first returned: an OR over no one,
+        # never met (no rank can release it)
+        return RankNode(
+            rank, RankStatus.BLOCKED, blocked, (Clause(blocked.ops[0], (), True, "rewait"),)
+        )
     clauses = tuple(
         c for c in (clause_for(graph, op, settled) for op in blocked.ops) if c is not None
     )

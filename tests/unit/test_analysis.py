@@ -413,6 +413,18 @@ def test_a_missing_collective_says_where_same_signature_collectives_shifted_apar
     assert "part earlier" not in missing.message
 
 
+def test_a_missing_collective_names_each_line_the_ranks_that_issued_it_came_from():
+    # GIVEN the root of a scatter (line 10) and the other receiver (line 14) in it, and
+    # rank 1 ended before it
+    r0, r1, r2 = ranks(3)
+    r0.call("scatter", 10, count=4, complete=False)
+    r2.call("scatter", 14, count=4, complete=False)
+    report = analyze(session([r0, r1.end(), r2], states={1: EXITED}))
+    # THEN the finding names both lines, each with its rank
+    missing = next(f for f in report.findings if f.kind is FindingKind.COLLECTIVE_MISSING)
+    assert "which rank 0 issued at train.py:10, rank 2 at train.py:14." in missing.message
+
+
 def test_a_mismatch_names_where_two_paths_to_one_line_part_and_an_earlier_shift():
     # GIVEN one hook line (18) reached from two steps (28: the model's optimizer, 31: a
     # probe optimizer rank 0 alone has): rank 0's extra call at #1 pairs with rank 1's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection
+from collections.abc import Mapping
 from collections.abc import Sequence
 
 from dl2.analysis.describe import KILLED_HINT
@@ -273,8 +274,7 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
                     ops=tuple(op_ref(o) for o in issued),
                     message=(
                         f"{rank_list(gone).capitalize()} never issued collective #{slot.index} of "
-                        f"group {gid} ({first.op}), which {rank_list(list(slot.ops))} issued "
-                        f"at {where(first)}.{why}{shift}"
+                        f"group {gid} ({first.op}), which {_issued_at(slot.ops)}.{why}{shift}"
                     ),
                     hint=KILLED_HINT if killed else hint,
                     group=gid,
@@ -282,6 +282,21 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
             )
             break
     return findings
+
+
+def _issued_at(ops: Mapping[int, Op], limit: int = 3) -> str:
+    """``ranks 0 and 2 issued at a.py:10``, or, where the ranks issued it from different
+    lines, ``rank 0 issued at a.py:10, rank 2 at a.py:14`` (the first ``limit`` lines)."""
+    by_line: dict[str, list[int]] = {}
+    for rank in sorted(ops):
+        by_line.setdefault(where(ops[rank]), []).append(rank)
+    parts = [f"{rank_list(ranks)} at {line}" for line, ranks in by_line.items()]
+    text = parts[0].replace(" at ", " issued at ", 1) + "".join(
+        f", {part}" for part in parts[1:limit]
+    )
+    if len(parts) > limit:
+        text += f" and {len(parts) - limit} more lines"
+    return text
 
 
 def _sites(graph: ExecutionGraph, gid: str, rank: int, count: int) -> list[Op] | None:

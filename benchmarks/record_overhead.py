@@ -13,7 +13,11 @@ see the same machine load, and the figures are medians of per-block differences:
   work that is already complete, with recording on vs off (no network, no scheduling),
   in 400 short blocks of 50 calls each way; wall and CPU time;
 * DDP: a GPT-2-like stack (embedding, 2 transformer blocks of width 128, LM head),
-  one DDP model per group, steps alternating; the step-time ratio recorded / plain.
+  one DDP model per group, steps alternating; the step-time ratio recorded / plain;
+* where a DDP step's extra CPU goes: the same stack in small buckets (many recorded
+  collectives per step), steps rotating between the plain group, the recorded group
+  with recording switched off (the wrapper alone: the reducer's calls crossing into
+  Python and back) and with it on; per step and per recorded collective.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ BLOCKS, BLOCK_OPS = (10, 50) if QUICK else (40, 50)  # 2000 ops per group
 # median wall delta matches the CPU figure.
 ALONE_BLOCKS, ALONE_OPS = (100, 50) if QUICK else (400, 50)  # 20000 ops each way
 DDP_WARMUP, DDP_STEPS = (2, 8) if QUICK else (8, 128)
+SPLIT_BUCKET_MB, SPLIT_STEPS = 0.05, (8 if QUICK else 96)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -169,10 +174,12 @@ def rank_main(out_path: str) -> None:
     steps: dict[str, list[float]] = {"rec": [], "plain": []}
     step_cpu: dict[str, list[float]] = {"rec": [], "plain": []}
     params = sum(p.numel() for p in models["rec"].parameters())
+    per_step = 0  # the recorded group's collectives in one step
     for step in range(DDP_WARMUP + DDP_STEPS):
         order = ("rec", "plain") if step % 2 == 0 else ("plain", "rec")
         for name in order:
             dist.barrier(group=plain)
+            seq = recorded._dl2_seq
             c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
             logits = models[name](tokens)
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
@@ -182,10 +189,52 @@ def rank_main(out_path: str) -> None:
             if step >= DDP_WARMUP:
                 steps[name].append((time.perf_counter_ns() - t0) / 1e6)
                 step_cpu[name].append((time.thread_time_ns() - c0) / 1e6)
-    result["ddp"] = {"steps": steps, "cpu": step_cpu, "params": params}
+            if name == "rec":
+                per_step = recorded._dl2_seq - seq
+    result["ddp"] = {"steps": steps, "cpu": step_cpu, "params": params, "collectives": per_step}
+    result["split"] = _split_steps(recorded, plain, tokens)
     dist.destroy_process_group()
     if rank == 0:
         Path(out_path).write_text(json.dumps(result))
+
+
+def _split_steps(recorded: Any, plain: Any, tokens: Any) -> dict[str, Any]:
+    """CPU per DDP step in small buckets: plain, recorded with recording off, and on."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    models = {
+        name: DistributedDataParallel(
+            _gpt2ish(), process_group=group, bucket_cap_mb=SPLIT_BUCKET_MB
+        )
+        for name, group in (("rec", recorded), ("plain", plain))
+    }
+    optims = {n: torch.optim.SGD(m.parameters(), lr=0.01) for n, m in models.items()}
+    rec = recorded._dl2_rec
+    fd = rec.fd
+    kinds = (("on", "rec"), ("off", "rec"), ("plain", "plain"))
+    cpu: dict[str, list[float]] = {kind: [] for kind, _ in kinds}
+    per_step = 0
+    try:
+        for step in range(DDP_WARMUP + SPLIT_STEPS):
+            for kind, name in kinds[step % 3 :] + kinds[: step % 3]:  # rotating order
+                rec.fd = -1 if kind == "off" else fd
+                dist.barrier(group=plain)
+                seq, c0 = recorded._dl2_seq, time.thread_time_ns()
+                loss = torch.nn.functional.cross_entropy(
+                    models[name](tokens).flatten(0, 1), tokens.flatten()
+                )
+                loss.backward()
+                optims[name].step()
+                optims[name].zero_grad()
+                if step >= DDP_WARMUP:
+                    cpu[kind].append((time.thread_time_ns() - c0) / 1e3)
+                if kind == "on":
+                    per_step = recorded._dl2_seq - seq
+    finally:
+        rec.fd = fd
+    return {"cpu": cpu, "collectives": per_step}
 
 
 # -- the launcher -------------------------------------------------------------------------
@@ -201,7 +250,7 @@ def _median_delta(a: list[float], b: list[float]) -> float:
     return statistics.median(x - y for x, y in zip(a, b, strict=True))
 
 
-def report(result: dict[str, Any], trace_dir: Path) -> str:
+def report(result: dict[str, Any]) -> str:
     wall, cpu = result["op"]["wall"], result["op"]["cpu"]
     alone, alone_cpu = result["alone"], result["alone_cpu"]
     steps, step_cpu = result["ddp"]["steps"], result["ddp"]["cpu"]
@@ -211,7 +260,7 @@ def report(result: dict[str, Any], trace_dir: Path) -> str:
 
     config = result["config"]
     blocks, steps_n = config["blocks"], config["steps"]
-    per_step = _ops_per_ddp_step(trace_dir, config["warmup"] + steps_n)
+    per_step = result["ddp"]["collectives"]
     lines = [
         f"dl2 recording overhead: torch {result['torch']}, gloo, {WORLD} ranks on 127.0.0.1, "
         "OMP_NUM_THREADS=1, recorder "
@@ -236,22 +285,21 @@ def report(result: dict[str, Any], trace_dir: Path) -> str:
         f"  step CPU:  plain {statistics.median(step_cpu['plain']):.1f} ms   "
         f"recorded {statistics.median(step_cpu['rec']):.1f} ms   ratio {ratio(step_cpu):.3f}",
     ]
-    return "\n".join(lines)
-
-
-def _ops_per_ddp_step(trace_dir: Path, steps: int) -> str:
-    try:
-        from dl2.trace.format import read_trace_file
-        from dl2.trace.schema.decode import OpRecord
-
-        (path,) = sorted(trace_dir.glob("rank00000.*"))
-        records = read_trace_file(path).records
-        grads = [
-            r for r in records if isinstance(r, OpRecord) and r.op == "all_reduce" and r.api is None
+    split = result.get("split")
+    if split:
+        cpu_us, n = split["cpu"], max(1, split["collectives"])
+        wrapper = _median_delta(cpu_us["off"], cpu_us["plain"])
+        recording = _median_delta(cpu_us["on"], cpu_us["off"])
+        lines += [
+            f"where a DDP step's extra CPU goes: the same stack in {SPLIT_BUCKET_MB:g} MB "
+            f"buckets ({split['collectives']} recorded collectives per step), "
+            f"{len(cpu_us['on'])} steps of each kind rotating:",
+            f"  step CPU plain {statistics.median(cpu_us['plain']) / 1e3:.1f} ms; "
+            f"the wrapper (recording off) {wrapper:+.0f} us per step "
+            f"({wrapper / n:+.1f} per collective); recording {recording:+.0f} us per step "
+            f"({recording / n:+.1f} per collective)",
         ]
-        return f"{len(grads) / steps:.0f}"
-    except Exception:
-        return "?"
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -294,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         if any(p.returncode != 0 for p in procs) or not out.exists():
             print("benchmark failed", file=sys.stderr)
             return 1
-        print(report(json.loads(out.read_text()), Path(tmp) / "run"))
+        print(report(json.loads(out.read_text())))
     return 0
 
 

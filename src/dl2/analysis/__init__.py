@@ -172,11 +172,11 @@ def _verdict(
         return Verdict.HANG if _spins_on_running(wfg) else Verdict.DEADLOCK
     if FindingKind.HANG in kinds:
         return Verdict.HANG
-    if session.ending == "hang-timeout" and not any_failed and _inside_calls(graph, wfg, kinds):
+    if session.ending == "hang-timeout" and not any_failed and _inside_calls(graph, wfg):
         # dl2's hang timeout stops a job only once every live rank sat in communication
         # without progress: it hung, whatever the findings say caused it (even in calls
-        # the model matched, when a finding says why gloo did not complete them: a
-        # dropped work leaves the pair's next exchange hanging)
+        # the model matched: a dropped work or a group created out of order leaves gloo
+        # pairing them otherwise)
         return Verdict.HANG
     if session.ending == "interrupted":
         return Verdict.INTERRUPTED  # the user stopped dl2 while no rank was stuck
@@ -230,12 +230,9 @@ def _spins_on_running(wfg: WaitForGraph) -> bool:
     )
 
 
-def _inside_calls(graph: ExecutionGraph, wfg: WaitForGraph, kinds: set[FindingKind]) -> bool:
-    """Some rank is blocked in communication; or, with a finding (``kinds``) to say why,
-    some rank is inside a recorded call the model matched (gloo did not complete it)."""
-    if any(node.status is RankStatus.BLOCKED for node in wfg.waiting.values()):
-        return True
-    return bool(kinds) and any(
+def _inside_calls(graph: ExecutionGraph, wfg: WaitForGraph) -> bool:
+    """Some live rank is inside a recorded call or wait, blocked or matched."""
+    return any(node.status is RankStatus.BLOCKED for node in wfg.waiting.values()) or any(
         t.blocked is not None and wfg.status(r) is RankStatus.RUNNING
         for r, t in graph.timelines.items()
     )

@@ -310,25 +310,6 @@ def test_a_rank_waiting_on_one_in_a_second_p2p_wait_is_deadlocked_with_it():
     assert analyze(session([r0, r1], states=dict.fromkeys(range(2), ALIVE))).verdict is Verdict.OK
 
 
-def test_the_hang_timeout_in_calls_the_model_matched_is_a_hang_with_its_cause():
-    # GIVEN rank 1 dropped the work of its irecv (gloo then never completes the pair's
-    # next exchange), rank 0's small isend returned, and both sit in barrier #0 (matched
-    # by the model: each issued it) until dl2's hang timeout stopped the job
-    r0, r1 = ranks(2)
-    send = r0.isend(11, peer=1)
-    r0.wait(send, line=11)
-    recv = r1.irecv(14, peer=0)
-    r1.drop(recv)
-    for r in (r0, r1):
-        r.call("barrier", 18, complete=False)
-    report = analyze(_ended(session([r0, r1]), "hang-timeout"))
-    # THEN it hung, and the dropped work is named as the cause
-    assert report.verdict is Verdict.HANG
-    assert FindingKind.UNWAITED_WORK in {f.kind for f in report.findings}
-    # the twin: the same calls, the job interrupted by the user, is no hang of dl2's
-    assert analyze(_ended(session([r0, r1]), "interrupted")).verdict is not Verdict.HANG
-
-
 def test_a_done_after_a_failed_wait_leaves_the_op_failed():
     # GIVEN rank 0's irecv from rank 1, whose wait raised when rank 1 exited, and the
     # ``done`` an older recorder wrote after it (gloo calls a failed work completed)

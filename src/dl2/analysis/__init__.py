@@ -153,7 +153,6 @@ _DEFECT_KINDS = {
 
 
 def _verdict(
-    graph: ExecutionGraph,
     wfg: WaitForGraph,
     findings: list[Finding],
     any_failed: bool,
@@ -172,11 +171,9 @@ def _verdict(
         return Verdict.HANG if _spins_on_running(wfg) else Verdict.DEADLOCK
     if FindingKind.HANG in kinds:
         return Verdict.HANG
-    if session.ending == "hang-timeout" and not any_failed and _inside_calls(graph, wfg):
+    if session.ending == "hang-timeout" and not any_failed and _blocked(wfg):
         # dl2's hang timeout stops a job only once every live rank sat in communication
-        # without progress: it hung, whatever the findings say caused it (even in calls
-        # the model matched: a dropped work or a group created out of order leaves gloo
-        # pairing them otherwise)
+        # without progress: it hung, whatever the findings say caused it
         return Verdict.HANG
     if session.ending == "interrupted":
         return Verdict.INTERRUPTED  # the user stopped dl2 while no rank was stuck
@@ -230,12 +227,9 @@ def _spins_on_running(wfg: WaitForGraph) -> bool:
     )
 
 
-def _inside_calls(graph: ExecutionGraph, wfg: WaitForGraph) -> bool:
-    """Some live rank is inside a recorded call or wait, blocked or matched."""
-    return any(node.status is RankStatus.BLOCKED for node in wfg.waiting.values()) or any(
-        t.blocked is not None and wfg.status(r) is RankStatus.RUNNING
-        for r, t in graph.timelines.items()
-    )
+def _blocked(wfg: WaitForGraph) -> bool:
+    """Some rank is blocked in communication."""
+    return any(node.status is RankStatus.BLOCKED for node in wfg.waiting.values())
 
 
 def _gaps(session: Session, graph: ExecutionGraph) -> list[str]:
@@ -375,7 +369,7 @@ def analyze(
         warnings.append(f"no trace from rank(s) {', '.join(map(str, missing))}")
     gaps = _gaps(session, graph)
     return Report(
-        verdict=_verdict(graph, wfg, findings, any_failed, left, session, bool(cut_off), gaps),
+        verdict=_verdict(wfg, findings, any_failed, left, session, bool(cut_off), gaps),
         findings=tuple(findings),
         ranks=_rank_states(wfg),
         world_size=session.world_size,

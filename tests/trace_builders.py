@@ -115,11 +115,13 @@ class RankBuilder:
         src: int | None = None,
         err: str | None = None,
         line: int | None = None,
+        stack: Frames | None = None,
     ) -> RankBuilder:
         """A wait on ``op_id``: returned (``src``: a wildcard's sender; ``err``: it raised)
-        or, with ``complete=False``, still waiting (``line``: where, else no stack)."""
+        or, with ``complete=False``, still waiting (``line``: where, else no stack;
+        ``stack``: its frames instead)."""
         wait_id = self._id()
-        sid = 0 if line is None else self._stack(line, "main", None)
+        sid = 0 if line is None and stack is None else self._stack(line or 0, "main", stack)
         self.encoder.wait(wait_id, self._time(), 1, op_id, sid)
         if complete:
             self.ret(wait_id, err, src)

@@ -291,6 +291,16 @@ def test_a_rank_waiting_on_one_in_a_second_p2p_wait_is_deadlocked_with_it():
     assert dead.ranks == (0, 1)
     assert "rank 1 waits a second time on the work of its irecv from rank 0" in dead.message
     assert "(train.py:12, waited at line 14), whose first wait returned (line 13)" in dead.message
+    # a first wait in another file is named with its file
+    r0, r1 = ranks(2)
+    r0.wait(r0.isend(9, peer=1), line=10)
+    recv = r1.irecv(12, peer=0)
+    r1.wait(recv, stack=(("helpers.py", 5, "finish"), ("train.py", 13, "main")))
+    r1.wait(recv, complete=False, line=14)
+    r0.call("barrier", 16, complete=False)
+    report = analyze(session([r0, r1], states=dict.fromkeys(range(2), ALIVE)))
+    (dead,) = [f for f in report.findings if f.kind is FindingKind.DEADLOCK]
+    assert "whose first wait returned (helpers.py:5)" in dead.message
     # the twin: a collective's work waited on twice returns at once (not a finding), and
     # so does a P2P work's second wait that returned
     r0, r1 = ranks(2)

@@ -66,7 +66,12 @@ def _rewait_note(wfg: WaitForGraph, op: Op) -> str:
     """Why a second wait on a send or receive never returns, naming both waits."""
     node = wfg.nodes.get(op.rank)
     earlier = report_frame(node.blocked.earlier) if node and node.blocked else None
-    first = f" (line {earlier.line})" if earlier is not None else ""
+    first = ""
+    if earlier is not None:
+        issued = op.frame
+        same_file = issued is not None and issued.file == earlier.file
+        base = earlier.file.replace("\\", "/").rsplit("/", 1)[-1]
+        first = f" (line {earlier.line})" if same_file else f" ({base}:{earlier.line})"
     name = op.api if op.api in ("isend", "irecv") else op.op
     peer = ""
     if op.peer is not None:

@@ -25,6 +25,7 @@ from typing import Any
 from typing import Protocol
 
 from dl2.model.ops import NO_DATA_OPS
+from dl2.model.ops import P2P_OPS
 from dl2.model.ops import SAME_COUNT_OPS
 from dl2.model.ops import Op
 from dl2.model.ops import Timeline
@@ -90,7 +91,6 @@ def signature_fields(op: Signed) -> dict[str, object]:
     return fields
 
 
-_P2P_OPS = frozenset({"send", "recv"})
 EXCHANGE_OPS = frozenset({"all_to_all", "all_to_all_single"})
 
 
@@ -306,7 +306,7 @@ class ExecutionGraph:
         model = self._model.rank_model(rank)
         if model is None or rank not in self._model.matcher.p2p_ranks:
             return ()
-        return tuple(st.op() for st in model.ops.values() if st.rec.op in _P2P_OPS)
+        return tuple(st.op() for st in model.ops.values() if st.rec.op in P2P_OPS)
 
     def p2p_issued(self, gid: str, sender: int, receiver: int) -> tuple[int, int]:
         """The sends and receives issued from ``sender`` to ``receiver`` on ``gid`` (every

@@ -26,6 +26,7 @@ import msgspec
 
 from dl2.model.checkpoint import CheckpointRecord
 from dl2.model.checkpoint import ModelRecord
+from dl2.model.ops import P2P_OPS
 from dl2.model.ops import Blocked
 from dl2.model.ops import Op
 from dl2.model.ops import Timeline
@@ -49,8 +50,6 @@ from dl2.trace.schema.decode import WaitRecord
 
 #: blocking ops that complete when their call returns (no work to wait on)
 _COMPLETE_ON_RETURN = frozenset({"create_group", "monitored_barrier"})
-#: point-to-point ops (a wildcard receive is a "recv" too)
-_P2P_OPS = frozenset({"send", "recv"})
 
 
 class OpState(msgspec.Struct, gc=False):
@@ -359,7 +358,7 @@ class RankModel:
                 if (
                     target is not None
                     and target.done
-                    and target.rec.op in _P2P_OPS
+                    and target.rec.op in P2P_OPS
                     and not target.rec.eager
                 ):
                     self.rewaits[rec.id] = (target.op(), rec.stack)  # again: see blocked

@@ -63,19 +63,15 @@ _REWAIT_HINT = (
 
 
 def _rewait_note(wfg: WaitForGraph, op: Op) -> str:
-    """Why a second wait on a send or receive never returns, naming both waits."""
+    """Why a second wait on a send or receive never returns, naming both waits (the
+    first named as the report names a wait: its line, its file too if another)."""
     node = wfg.nodes.get(op.rank)
-    earlier = report_frame(node.blocked.earlier) if node and node.blocked else None
     first = ""
-    if earlier is not None:
-        issued = op.frame
-        same_file = issued is not None and issued.file == earlier.file
-        base = earlier.file.replace("\\", "/").rsplit("/", 1)[-1]
-        first = f" (line {earlier.line})" if same_file else f" ({base}:{earlier.line})"
+    if node is not None and node.blocked is not None and node.blocked.earlier:
+        ref = op_ref(replace(op, wait_stack=node.blocked.earlier))
+        first = f" ({ref.wait_location or f'line {ref.line}'})"
     name = op.api if op.api in ("isend", "irecv") else op.op
-    peer = ""
-    if op.peer is not None:
-        peer = f" {'to' if op.op == 'send' else 'from'} rank {op.peer}"
+    peer = f" {'to' if op.op == 'send' else 'from'} rank {op.peer}" if op.peer is not None else ""
     return (
         f"rank {op.rank} {_REWAIT} {name}{peer} ({where(op)}), whose first wait returned"
         f"{first}: gloo's wait() on a send or receive waits for one more message each "

@@ -287,10 +287,15 @@ def collective_findings(graph: ExecutionGraph, wfg: WaitForGraph, job_ended: boo
 def _issued_at(ops: Mapping[int, Op], limit: int = 3) -> str:
     """``ranks 0 and 2 issued at a.py:10``, or, where the ranks issued it from different
     lines, ``rank 0 issued at a.py:10, rank 2 at a.py:14`` (the first ``limit`` lines)."""
-    by_line: dict[str, list[int]] = {}
+    # the ranks by stack first: one op_ref per distinct stack, not per rank (thousands
+    # of ranks issue it from a handful of lines)
+    by_stack: dict[tuple[object, ...], list[int]] = {}
     for rank in sorted(ops):
-        by_line.setdefault(where(ops[rank]), []).append(rank)
-    parts = [f"{rank_list(ranks)} at {line}" for line, ranks in by_line.items()]
+        by_stack.setdefault((ops[rank].stack, ops[rank].wait_stack), []).append(rank)
+    by_line: dict[str, list[int]] = {}
+    for ranks in by_stack.values():
+        by_line.setdefault(where(ops[ranks[0]]), []).extend(ranks)
+    parts = [f"{rank_list(sorted(ranks))} at {line}" for line, ranks in by_line.items()]
     text = parts[0].replace(" at ", " issued at ", 1) + "".join(
         f", {part}" for part in parts[1:limit]
     )

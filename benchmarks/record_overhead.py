@@ -96,6 +96,29 @@ def _gpt2ish() -> Any:
     return Model()
 
 
+def ddp_models(groups: dict[str, Any], bucket_mb: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One DDP model of :func:`_gpt2ish` per named group, and an SGD optimiser each."""
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
+    models = {
+        name: DistributedDataParallel(_gpt2ish(), process_group=group, bucket_cap_mb=bucket_mb)
+        for name, group in groups.items()
+    }
+    return models, {n: torch.optim.SGD(m.parameters(), lr=0.01) for n, m in models.items()}
+
+
+def train_step(model: Any, optim: Any, tokens: Any) -> None:
+    """One training step of a language model on ``tokens``: forward, loss, backward
+    (DDP's bucket collectives), optimiser step."""
+    import torch
+
+    logits = model(tokens)
+    torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    optim.step()
+    optim.zero_grad()
+
+
 def rank_main(out_path: str) -> None:
     faulthandler.dump_traceback_later(HARD_TIMEOUT_S - 10, exit=True)
     import dl2.record
@@ -104,7 +127,6 @@ def rank_main(out_path: str) -> None:
     assert dl2.record.install(os.environ["BENCH_RUN_DIR"])
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -165,10 +187,7 @@ def rank_main(out_path: str) -> None:
     result["alone_cpu"] = alone_cpu
 
     # DDP: one model per group, steps alternating.
-    models = {}
-    for name, group in (("rec", recorded), ("plain", plain)):
-        models[name] = DistributedDataParallel(_gpt2ish(), process_group=group, bucket_cap_mb=1)
-    optims = {n: torch.optim.SGD(m.parameters(), lr=0.01) for n, m in models.items()}
+    models, optims = ddp_models({"rec": recorded, "plain": plain}, 1)
     torch.manual_seed(1 + rank)
     tokens = torch.randint(0, 512, (4, 64))
     steps: dict[str, list[float]] = {"rec": [], "plain": []}
@@ -181,11 +200,7 @@ def rank_main(out_path: str) -> None:
             dist.barrier(group=plain)
             seq = recorded._dl2_seq
             c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-            logits = models[name](tokens)
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
-            loss.backward()
-            optims[name].step()
-            optims[name].zero_grad()
+            train_step(models[name], optims[name], tokens)
             if step >= DDP_WARMUP:
                 steps[name].append((time.perf_counter_ns() - t0) / 1e6)
                 step_cpu[name].append((time.thread_time_ns() - c0) / 1e6)
@@ -200,17 +215,9 @@ def rank_main(out_path: str) -> None:
 
 def _split_steps(recorded: Any, plain: Any, tokens: Any) -> dict[str, Any]:
     """CPU per DDP step in small buckets: plain, recorded with recording off, and on."""
-    import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
 
-    models = {
-        name: DistributedDataParallel(
-            _gpt2ish(), process_group=group, bucket_cap_mb=SPLIT_BUCKET_MB
-        )
-        for name, group in (("rec", recorded), ("plain", plain))
-    }
-    optims = {n: torch.optim.SGD(m.parameters(), lr=0.01) for n, m in models.items()}
+    models, optims = ddp_models({"rec": recorded, "plain": plain}, SPLIT_BUCKET_MB)
     rec = recorded._dl2_rec
     fd = rec.fd
     kinds = (("on", "rec"), ("off", "rec"), ("plain", "plain"))
@@ -222,12 +229,7 @@ def _split_steps(recorded: Any, plain: Any, tokens: Any) -> dict[str, Any]:
                 rec.fd = -1 if kind == "off" else fd
                 dist.barrier(group=plain)
                 seq, c0 = recorded._dl2_seq, time.thread_time_ns()
-                loss = torch.nn.functional.cross_entropy(
-                    models[name](tokens).flatten(0, 1), tokens.flatten()
-                )
-                loss.backward()
-                optims[name].step()
-                optims[name].zero_grad()
+                train_step(models[name], optims[name], tokens)
                 if step >= DDP_WARMUP:
                     cpu[kind].append((time.thread_time_ns() - c0) / 1e3)
                 if kind == "on":

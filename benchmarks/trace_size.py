@@ -42,6 +42,7 @@ def child(run_dir: str, big: int) -> dict[str, Any]:
     from torch.nn.parallel import DistributedDataParallel
 
     from benchmarks.record_overhead import _gpt2ish
+    from benchmarks.record_overhead import train_step
 
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     group = dist.group.WORLD
@@ -61,10 +62,7 @@ def child(run_dir: str, big: int) -> dict[str, Any]:
     tokens = torch.randint(0, 512, (4, 64))
 
     def step() -> None:
-        logits = model(tokens)
-        torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
-        optim.step()
-        optim.zero_grad()
+        train_step(model, optim, tokens)
 
     for _ in range(3):
         step()

@@ -318,6 +318,17 @@ def test_a_rank_waiting_on_one_in_a_second_p2p_wait_is_deadlocked_with_it():
         r.wait(op_id, line=13)
         r.wait(op_id, line=14)
     assert analyze(session([r0, r1], states=dict.fromkeys(range(2), ALIVE))).verdict is Verdict.OK
+    # and a first wait on a send the watchdog saw complete (NCCL's works report it; a
+    # gloo P2P work only once waited) is no second wait, while it is still open
+    r0, r1 = ranks(2)
+    send = r0.isend(9, peer=1)
+    recv = r1.irecv(12, peer=0)
+    r1.wait(recv, line=13)
+    r0.done(send)
+    r0.wait(send, complete=False, line=14)
+    assert analyze(session([r0, r1], states=dict.fromkeys(range(2), ALIVE))).verdict is not (
+        Verdict.DEADLOCK
+    )
 
 
 def test_a_done_after_a_failed_wait_leaves_the_op_failed():

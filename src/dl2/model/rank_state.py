@@ -355,18 +355,21 @@ class RankModel:
                     assert isinstance(rec, WaitRecord)
                 waits[rec.id] = rec.work
                 target = ops.get(rec.work)
-                if (
-                    target is not None
-                    and target.done
-                    and target.rec.op in P2P_OPS
-                    and not target.rec.eager
-                ):
-                    self.rewaits[rec.id] = (target.op(), rec.stack)  # again: see blocked
-                if target is not None and target.waited_at is None:
-                    target.waited_at = n_ops
-                    if rec.stack != target.rec.stack:
-                        target.wait_stack = rec.stack
-                    target.cached = None
+                if target is not None:
+                    if target.waited_at is None:
+                        target.waited_at = n_ops
+                        if rec.stack != target.rec.stack:
+                            target.wait_stack = rec.stack
+                        target.cached = None
+                    elif (
+                        target.completed
+                        and target.rec.op in P2P_OPS
+                        and target.done
+                        and not target.rec.eager
+                    ):
+                        # a send or receive waited on again after a wait returned: see
+                        # blocked (one completed by a ``done`` alone was never waited on)
+                        self.rewaits[rec.id] = (target.op(), rec.stack)
                 calls[rec.id] = None
                 active = at
             elif kind is DoneRecord:

@@ -32,6 +32,7 @@ from dl2.analysis.matching import SHIFT_SENTENCE
 from dl2.model.execution_graph import ExecutionGraph
 from dl2.model.execution_graph import build_execution_graph
 from dl2.model.incremental import Model
+from dl2.model.ops import P2P_OPS
 from dl2.model.wait_for import WaitForGraph
 from dl2.model.wait_for import build_wait_for_graph
 from dl2.report import FindingKind
@@ -210,12 +211,16 @@ def cuts(length: int) -> set[int]:
 
 
 def _waits_again(records: Any) -> bool:
-    """Whether a rank waits on an op a second time (after a wait on it returned)."""
+    """Whether a rank waits on a send or receive a second time (after a wait on it
+    returned)."""
+    p2p: set[int] = set()
     returned: set[int] = set()
     waits: dict[int, int] = {}
     for r in records:
-        if isinstance(r, WaitRecord):
-            if r.work in returned:
+        if isinstance(r, OpRecord) and r.op in P2P_OPS:
+            p2p.add(r.id)
+        elif isinstance(r, WaitRecord):
+            if r.work in returned and r.work in p2p:
                 return True
             waits[r.id] = r.work
         elif isinstance(r, RetRecord) and r.id in waits:
@@ -229,10 +234,10 @@ def check_resumed(session: Session, wfg: WaitForGraph, expected: Report) -> None
     Not for a session with store calls: a checkpoint does not carry the store keys set
     before it, so the model claims no store wait of a resumed session (any key may have
     been set); see :meth:`dl2.model.execution_graph.ExecutionGraph.store_key_may_exist`.
-    Nor for one where a rank waits on a work a second time: a checkpoint carries the
-    open ops only, so a model resumed from one written between the two waits does not
-    know what the second waits on (a send's, whose second wait never returns on gloo,
-    or a collective's); see ``RankModel.blocked``.
+    Nor for one where a rank waits on a send or receive a second time: a checkpoint
+    carries the open ops only, so a model resumed from one written between the two
+    waits does not know that the second waits on a send or receive, whose second wait
+    never returns on gloo; see ``RankModel.blocked``.
     """
     if any(isinstance(r, StoreRecord) for t in session.traces.values() for r in t.records):
         return
